@@ -1,0 +1,1 @@
+"""Training: LoRA policy-gradient RL over agent rollouts, and SFT cold start."""

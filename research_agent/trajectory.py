@@ -1,0 +1,121 @@
+"""The trajectory record: the one contract between agent, rewards, synthesis, trainer and eval.
+
+A trajectory is kept as one token stream (Search-R1 style): the prompt, then the model's own tokens
+interleaved with tool observations.  ``token_mask`` marks which tokens the model produced, so the
+trainer puts loss only on them and never on retrieved text.  Everything a reward needs (the answer,
+the citations, the text of every chunk the agent saw) travels inside the record, so ``rewards/``
+never has to touch a corpus or a model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Actions a step can carry.  "invalid" is a turn whose output parsed as no action (SimpleTIR's
+# "void turn" when it also has no answer); "answer" ends the trajectory.
+ACTIONS = ("search", "open", "find", "answer", "invalid", "execute", "submit")
+TOOL_ACTIONS = ("search", "open", "find", "execute", "submit")
+
+
+@dataclass
+class Step:
+    """One policy turn: what the model wrote, what it asked for, and what came back."""
+
+    action: str
+    argument: str = ""
+    completion: str = ""  # the model's raw text for this turn
+    observation: str = ""  # what the environment returned (empty for answers)
+    valid: bool = True  # False when the output did not parse as an accepted action
+    error: str | None = None  # parse or tool error shown to the model
+    completion_ids: list[int] = field(default_factory=list)
+    completion_logprobs: list[float] = field(default_factory=list)
+    observation_ids: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)  # hits, opened doc id, code result ...
+
+
+@dataclass
+class Trajectory:
+    """A whole research (or code) episode for one question."""
+
+    question: str
+    id: str = ""
+    gold: dict[str, Any] = field(default_factory=dict)  # answers, rubrics, supporting chunks, tests
+    steps: list[Step] = field(default_factory=list)
+    answer: str | None = None
+    citations: list[str] = field(default_factory=list)  # chunk ids cited by the answer
+    # chunk id -> text, for every chunk the agent saw (search snippets and opened passages).
+    retrieved: dict[str, str] = field(default_factory=dict)
+    prompt_ids: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)  # everything after the prompt
+    token_mask: list[int] = field(default_factory=list)  # 1 = model token, 0 = observation
+    logprobs: list[float] = field(default_factory=list)  # per token_ids; 0.0 for observations
+    stop_reason: str = ""  # answer | max_turns | max_tokens | error
+    meta: dict[str, Any] = field(default_factory=dict)  # template, model, task type, timings ...
+    schema_version: int = SCHEMA_VERSION
+
+    # ---- counts used by rewards, filters and eval -------------------------------------------
+    def count(self, action: str) -> int:
+        return sum(1 for s in self.steps if s.action == action)
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(1 for s in self.steps if s.action in TOOL_ACTIONS)
+
+    @property
+    def turns(self) -> int:
+        return len(self.steps)
+
+    @property
+    def answered(self) -> bool:
+        return self.answer is not None and self.answer.strip() != ""
+
+    @property
+    def has_void_turn(self) -> bool:
+        """A turn with neither a valid action nor an answer (SimpleTIR)."""
+        return any(not s.valid for s in self.steps)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(self.token_mask)
+
+    # ---- serialization -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        version = data.get("schema_version", SCHEMA_VERSION)
+        if version > SCHEMA_VERSION:
+            raise ValueError(
+                f"trajectory schema {version} is newer than this code understands ({SCHEMA_VERSION}); "
+                "upgrade research-agent"
+            )
+        data = dict(data)
+        steps = [Step(**s) for s in data.pop("steps", [])]
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(steps=steps, **{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_json(cls, line: str) -> Trajectory:
+        return cls.from_dict(json.loads(line))
+
+    def check_consistency(self) -> None:
+        """Raise ValueError if the token stream and the steps disagree."""
+        n = len(self.token_ids)
+        if len(self.token_mask) != n or len(self.logprobs) != n:
+            raise ValueError("token_ids, token_mask and logprobs differ in length")
+        model = sum(len(s.completion_ids) for s in self.steps)
+        obs = sum(len(s.observation_ids) for s in self.steps)
+        if model != sum(self.token_mask) or model + obs != n:
+            raise ValueError(
+                f"token mask covers {sum(self.token_mask)} model tokens, steps hold {model} model + {obs} "
+                f"observation tokens, stream has {n}"
+            )
