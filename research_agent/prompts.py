@@ -1,0 +1,58 @@
+"""Every prompt string of the research agent, in one place.
+
+Two templates (seed 003): "fast thinking" asks for the next action directly and is the default,
+since explicit reasoning made small models less stable and less accurate; "slow thinking" asks for
+a ``<think>`` block before each action.  Actions are plain-text tags because the small models'
+``<tool_call>`` special tokens are untrained (DATA.md).
+"""
+
+from __future__ import annotations
+
+TEMPLATES = ("fast", "slow")
+
+ACTION_HELP = """Actions (write exactly one action per turn):
+<search>query</search> search the documents; results are shown with ids like [doc/id#2]
+<open>id</open> read a document or a result by its id
+<find>text</find> show the lines of the opened document that contain the text
+<answer>short answer [id]</answer> give the final answer and cite the ids of the results that support it"""
+
+FAST_SYSTEM = f"""You are a research assistant that answers questions using a document collection.
+{ACTION_HELP}
+Do not explain. Search first, then answer with a short answer and its citation."""
+
+SLOW_SYSTEM = f"""You are a research assistant that answers questions using a document collection.
+{ACTION_HELP}
+Before every action, think briefly inside <think>...</think>, then write the action.
+Search first, then answer with a short answer and its citation."""
+
+QUESTION = "Question: {question}"
+
+# Shown when the model's output holds no accepted action.
+INVALID_ACTION = (
+    "Invalid action: {reason}. Write exactly one of <search>query</search>, <open>id</open>, "
+    "<find>text</find> or <answer>short answer [id]</answer>."
+)
+NO_CALLS_LEFT = "You have no tool calls left. Answer now with <answer>short answer [id]</answer>."
+CALLS_LEFT = "({n} tool calls left)"
+NO_RESULTS = "No results."
+TOOL_ERROR = "Error: {message}"
+
+OBSERVATION = "\n<result>\n{body}\n</result>\n"
+
+STOP_STRINGS = ["</search>", "</open>", "</find>", "</answer>"]
+
+
+def system_prompt(template: str) -> str:
+    if template == "fast":
+        return FAST_SYSTEM
+    if template == "slow":
+        return SLOW_SYSTEM
+    raise ValueError(f"unknown template {template!r}; choose one of {TEMPLATES}")
+
+
+def messages(question: str, template: str, guidance: str = "") -> list[dict[str, str]]:
+    """Chat messages that open a trajectory; ``guidance`` carries e.g. retrieved past cases."""
+    user = QUESTION.format(question=question)
+    if guidance:
+        user = f"{guidance}\n\n{user}"
+    return [{"role": "system", "content": system_prompt(template)}, {"role": "user", "content": user}]
