@@ -1,0 +1,170 @@
+"""API documentation of the installed libraries, as corpus documents for the code agent's ``search_docs``.
+
+The docs come from the code itself (``inspect``: signatures and docstrings), so they describe
+exactly the versions the sandbox will run — unlike hand-written snippets (the seed's DOC_STORE) or
+web docs of another release. One document per public module, class and function; a class document
+lists its methods with signatures and one-line summaries, and a method with a long docstring
+(``pandas.DataFrame.groupby``) also gets a document of its own so a search can land on it directly.
+Modules that are not installed are skipped with a notice, never an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import warnings
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+STDLIB_MODULES = [
+    "builtins", "collections", "collections.abc", "itertools", "functools", "operator", "re", "string",
+    "textwrap", "json", "csv", "math", "cmath", "statistics", "random", "decimal", "fractions",
+    "datetime", "time", "calendar", "zoneinfo", "os", "os.path", "pathlib", "shutil", "glob", "fnmatch",
+    "tempfile", "io", "sys", "subprocess", "typing", "dataclasses", "enum", "heapq", "bisect", "array",
+    "copy", "pprint", "hashlib", "hmac", "base64", "binascii", "codecs", "struct", "zlib", "gzip",
+    "zipfile", "tarfile", "pickle", "sqlite3", "urllib.parse", "html", "xml.etree.ElementTree",
+    "difflib", "unicodedata", "logging", "argparse", "inspect", "ast", "contextlib", "abc", "numbers",
+    "secrets", "uuid", "threading", "queue", "concurrent.futures", "traceback", "warnings", "unittest",
+    "ipaddress", "shlex", "platform", "locale",
+]  # fmt: skip
+# The libraries DataFrameBench / BigCodeBench tasks import most (see their ``libs`` fields).
+THIRD_PARTY_MODULES = [
+    "numpy", "numpy.linalg", "numpy.random", "pandas", "matplotlib.pyplot", "scipy.stats",
+    "sklearn.preprocessing", "sklearn.linear_model", "sklearn.model_selection", "sklearn.cluster",
+    "sklearn.metrics", "sklearn.decomposition", "seaborn", "statsmodels.api", "requests", "bs4",
+]  # fmt: skip
+DEFAULT_MODULES = STDLIB_MODULES + THIRD_PARTY_MODULES
+LONG_METHOD_CHARS = 300  # a method documented at least this long gets its own document
+MAX_DOC_CHARS = 20000
+
+
+def _signature(obj: Any, name: str) -> str:
+    try:
+        return f"{name}{inspect.signature(obj)}"
+    except (TypeError, ValueError):
+        return name  # builtins without text signatures; their docstring usually starts with one
+
+
+def _summary(doc: str) -> str:
+    para = doc.strip().split("\n\n", 1)[0]
+    return " ".join(para.split())[:200]
+
+
+def _doc(obj: Any) -> str:
+    try:
+        return inspect.getdoc(obj) or ""
+    except Exception:  # some descriptors raise on attribute access
+        return ""
+
+
+def _public_names(module: ModuleType) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if not isinstance(names, list | tuple):
+        names = [n for n in vars(module) if not n.startswith("_")]
+    return sorted({n for n in names if isinstance(n, str) and not n.startswith("_")})
+
+
+def _belongs(obj: Any, module: ModuleType) -> bool:
+    """True when ``obj`` is defined in this module's package (re-exports of other packages are skipped)."""
+    owner = getattr(obj, "__module__", None) or ""
+    top = module.__name__.split(".")[0]
+    if module.__name__ == "builtins":
+        return owner == "builtins"
+    # C implementations of stdlib modules live in _name (e.g. _collections, _heapq, posix for os)
+    return owner.split(".")[0].lstrip("_") in (top, top.lstrip("_")) or owner in ("posix", "nt", "_operator")
+
+
+def _class_members(cls: type) -> list[tuple[str, Any]]:
+    members = []
+    for name in sorted(dir(cls)):
+        if name.startswith("_"):
+            continue
+        try:
+            raw = inspect.getattr_static(cls, name)
+        except AttributeError:
+            continue
+        if any(name in vars(base) for base in cls.__mro__ if base is not object) or cls is object:
+            members.append((name, raw))
+    return members
+
+
+def _class_documents(cls: type, qual: str, module_name: str, doc_cls: Any) -> Iterator[Any]:
+    lines = [f"class {_signature(cls, qual)}", "", _doc(cls)]
+    own_docs = []
+    methods = []
+    for name, raw in _class_members(cls):
+        target = raw.__func__ if isinstance(raw, classmethod | staticmethod) else raw
+        if isinstance(raw, property):
+            methods.append(f"  {name} (property): {_summary(_doc(raw))}")
+            continue
+        if not callable(target):
+            continue
+        doc = _doc(target)
+        sig = _signature(target, name)
+        methods.append(f"  {sig}: {_summary(doc)}")
+        if len(doc) >= LONG_METHOD_CHARS:
+            own_docs.append((f"{qual}.{name}", f"{_signature(target, f'{qual}.{name}')}\n\n{doc}"))
+    if methods:
+        lines += ["", "Methods and attributes:", *methods]
+    yield _make(doc_cls, qual, "\n".join(lines), module_name, "class")
+    for mqual, text in own_docs:
+        yield _make(doc_cls, mqual, text, module_name, "method")
+
+
+def _make(doc_cls: Any, qual: str, text: str, module_name: str, kind: str) -> Any:
+    return doc_cls(
+        id=f"api/{qual}",
+        title=qual,
+        text=text.strip()[:MAX_DOC_CHARS],
+        url="",
+        links=[],
+        meta={"source": "api-docs", "module": module_name, "kind": kind},
+    )
+
+
+def module_documents(module_name: str) -> Iterator[Any]:
+    """Documents for one importable module; raises ImportError when it is not installed."""
+    from corpus.documents import Document
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = importlib.import_module(module_name)
+    version = getattr(sys.modules.get(module_name.split(".")[0]), "__version__", "")
+    entries = []
+    for name in _public_names(module):
+        obj = getattr(module, name, None)
+        if obj is None or inspect.ismodule(obj) or not _belongs(obj, module):
+            continue
+        if inspect.isclass(obj) or callable(obj):
+            entries.append((name, obj))
+    header = f"module {module_name}" + (f" (version {version})" if version else "")
+    listing = [f"  {n}: {_summary(_doc(o))}" for n, o in entries]
+    text = "\n".join([header, "", _doc(module), "", "Contents:", *listing])
+    yield _make(Document, module_name, text, module_name, "module")
+    for name, obj in entries:
+        qual = f"{module_name}.{name}"
+        if inspect.isclass(obj):
+            yield from _class_documents(obj, qual, module_name, Document)
+        else:
+            yield _make(Document, qual, f"{_signature(obj, qual)}\n\n{_doc(obj)}", module_name, "function")
+
+
+def api_documents(modules: list[str] = DEFAULT_MODULES, progress: bool = True) -> Iterator[Any]:
+    """Yield ``corpus.documents.Document``s for ``modules``; ids are ``api/<qualified name>``, unique."""
+    seen: set[str] = set()
+    for module_name in modules:
+        count = 0
+        try:
+            for doc in module_documents(module_name):
+                if doc.id not in seen:
+                    seen.add(doc.id)
+                    count += 1
+                    yield doc
+        except ImportError as e:
+            if progress:
+                print(f"api-docs: skipping {module_name} (not installed: {e})", file=sys.stderr, flush=True)
+            continue
+        if progress:
+            print(f"api-docs: {module_name}: {count} documents", file=sys.stderr, flush=True)

@@ -1,0 +1,189 @@
+"""The code environment: the seed's three tools (search docs, execute, submit) behind one parse/run pair.
+
+The agent loop generates one turn until a stop string, calls ``parse`` on it, then ``run`` on the
+action; the observation goes back to the model (the loop wraps and token-truncates it, and masks
+it out of the loss). Actions are plain text, as in the research agent and the seed (004):
+
+    <search>pandas groupby mean</search>        look up API documentation
+    ```python\\n...\\n```                          run code, see stdout and the error's last line
+    ```submit\\n...\\n```                          run the task's tests on the solution; ends the episode
+
+Generation of one turn stops at ``</search>`` or at a code block's closing fence ("\\n```\\n"), so a
+turn holds at most one action; an opening fence (```python) never matches the stop string. Some
+backends (vLLM) drop the stop string from the output, so a final block or tag left unclosed is
+accepted as if closed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from research_agent.code.sandbox import DEFAULT_LIMITS, SandboxLimits, run_python, truncate
+from research_agent.code.tasks import CodeTask, run_tests
+
+MODES = ("no-tools", "code-only", "multi-tool")
+OBSERVATION_CHARS = 2000
+MAX_QUERY_CHARS = 300
+SEARCH_HITS = 3
+HIT_CHARS = 600
+_SEARCH = re.compile(r"<search>(.*?)(?:</search>|\Z)", re.DOTALL | re.IGNORECASE)
+# An opening fence with its info string, at the start of a line.
+_FENCE = re.compile(r"(?m)^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n")
+_CLOSE = re.compile(r"(?m)^[ \t]*```[ \t]*$")
+_PYTHON_LANGS = {"python", "py", "python3"}
+
+TOOLS_HELP = {
+    "search": "1. Search documentation, when you are unsure about an API:\n<search>your query</search>\n"
+    "Example: <search>Counter most_common</search>",
+    "execute": "{n}. Execute code, to test ideas or inspect results (you see stdout and the error's last line):\n"
+    "```python\n# your code\nprint(result)\n```",
+    "submit": "{n}. Submit your final solution to be tested (this ends the task):\n"
+    "```submit\ndef your_solution(...):\n    ...\n```",
+}
+
+
+def _first_action(text: str) -> tuple[str, str, int] | None:
+    """(kind, body, position) of the earliest action: 'search', or a fence's language."""
+    found = []
+    m = _SEARCH.search(text)
+    if m:
+        found.append(("search", m.group(1), m.start()))
+    f = _FENCE.search(text)
+    if f:
+        rest = text[f.end() :]
+        close = _CLOSE.search(rest)
+        body = rest[: close.start()] if close else rest
+        found.append((f.group(1).lower() or "plain", body, f.start()))
+    return min(found, key=lambda x: x[2]) if found else None
+
+
+class CodeEnvironment:
+    """One task's episode: parses the model's turns and runs its tools in the sandbox."""
+
+    STOP_STRINGS: list[str] = ["</search>", "\n```\n"]
+
+    def __init__(self, task: CodeTask, docs_browser: Any = None, limits: SandboxLimits = DEFAULT_LIMITS):
+        self.task = task
+        self.docs_browser = docs_browser
+        self.limits = limits
+        self.submitted: str | None = None
+        self.passed = False
+
+    # ---- prompts -------------------------------------------------------------------------------
+    @staticmethod
+    def instructions(mode: str) -> str:
+        """System prompt for ``mode`` (seed 004's agent prompt, cut down to the tools the mode allows)."""
+        if mode == "no-tools":
+            return (
+                "You are a Python expert. Solve the task by writing the complete solution in one "
+                "```python code block. Do not write anything after the code block."
+            )
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        tools = ["search", "execute", "submit"] if mode == "multi-tool" else ["execute", "submit"]
+        parts = [TOOLS_HELP[t].format(n=i) for i, t in enumerate(tools, 1)]
+        strategy = (
+            "Strategy: search the docs BEFORE writing code if you are unsure about an API. "
+            if mode == "multi-tool"
+            else ""
+        )
+        return (
+            f"You are a Python expert. You have {len(tools)} tools available:\n"
+            + "\n".join(parts)
+            + f"\nWrite exactly one tool call per turn. {strategy}Test your code with ```python "
+            "before submitting with ```submit. You can use tools in any order and multiple times. "
+            "Each run starts fresh: include imports and definitions every time."
+        )
+
+    @staticmethod
+    def task_message(task: CodeTask) -> str:
+        return f"{task.prompt.strip()}\n\nThe tests call `{task.entry_point}`."
+
+    # ---- parsing -------------------------------------------------------------------------------
+    @staticmethod
+    def parse(text: str, mode: str) -> tuple[str, str, bool, str | None]:
+        """(action, argument, valid, error for the model). Never raises, whatever ``text`` is."""
+        try:
+            return CodeEnvironment._parse(text, mode)
+        except Exception as e:  # a parser bug must cost a turn, not the run
+            return "invalid", "", False, f"the output could not be parsed ({type(e).__name__})"
+
+    @staticmethod
+    def _parse(text: str, mode: str) -> tuple[str, str, bool, str | None]:
+        if mode not in MODES:
+            return "invalid", "", False, f"unknown mode {mode!r}"
+        if not isinstance(text, str) or not text.strip():
+            return "invalid", "", False, "the output was empty"
+        found = _first_action(text)
+        if found is None:
+            want = "a ```python code block" if mode == "no-tools" else "<search>, ```python or ```submit"
+            return "invalid", "", False, f"no tool call was found; write {want}"
+        kind, body, _ = found
+        if kind == "search":
+            if mode == "no-tools":
+                return "invalid", "", False, "no tools here: write your whole solution in one ```python block"
+            if mode != "multi-tool":
+                return "invalid", "", False, "search is not available here; use ```python or ```submit"
+            query = " ".join(body.split())
+            if not query:
+                return "invalid", "", False, "the search query was empty"
+            if len(query) > MAX_QUERY_CHARS:
+                return "invalid", "", False, f"the search query is longer than {MAX_QUERY_CHARS} characters"
+            return "search", query, True, None
+        code = body.strip("\n")
+        if not code.strip():
+            return "invalid", "", False, "the code block was empty"
+        if mode == "no-tools":
+            if kind in _PYTHON_LANGS | {"submit", "plain"}:
+                return "submit", code, True, None
+            return "invalid", "", False, f"a ```{kind} block is not Python; write ```python"
+        if kind == "submit":
+            return "submit", code, True, None
+        if kind in _PYTHON_LANGS:
+            return "execute", code, True, None
+        if kind == "plain":
+            return (
+                "invalid",
+                "",
+                False,
+                "the code block needs a tag: ```python to run it, ```submit to submit",
+            )
+        return "invalid", "", False, f"only ```python blocks can run, not ```{kind}"
+
+    # ---- tools ---------------------------------------------------------------------------------
+    def run(self, action: str, argument: str) -> tuple[str, dict, bool]:
+        """Execute one parsed action: (observation for the model, info, done)."""
+        if action == "search":
+            return self._search(argument)
+        if action == "execute":
+            res = run_python(argument, self.limits)
+            parts = [res.stdout.rstrip()] if res.stdout.strip() else []
+            if res.error:
+                parts.append(f"Error: {res.error}")
+            body = "\n".join(parts) if parts else "(no output)"
+            return truncate(body, OBSERVATION_CHARS), {"ok": res.ok, "error": res.error}, False
+        if action == "submit":
+            res = run_tests(self.task, argument, self.limits)
+            self.submitted, self.passed = argument, res.ok
+            body = "All tests passed." if res.ok else f"Tests failed: {res.error or 'unknown error'}"
+            return truncate(body, OBSERVATION_CHARS), {"passed": res.ok, "error": res.error}, True
+        return f"Invalid action: {argument or 'unrecognised output'}", {}, False
+
+    def _search(self, query: str) -> tuple[str, dict, bool]:
+        if self.docs_browser is None:
+            return "Documentation search is not available.", {"hits": []}, False
+        try:
+            hits = self.docs_browser.search(query, k=SEARCH_HITS)
+        except Exception as e:  # a bad query must not end the episode
+            return f"Search error: {e}", {"hits": []}, False
+        if not hits:
+            return "No documentation found. Try different keywords.", {"hits": []}, False
+        blocks = []
+        for hit in hits:
+            try:
+                text = self.docs_browser.chunk_text(hit.chunk_id)
+            except Exception:
+                text = hit.snippet
+            blocks.append(f"[{hit.title}]\n{truncate(text.strip(), HIT_CHARS)}")
+        return truncate("\n\n".join(blocks), OBSERVATION_CHARS), {"hits": [h.chunk_id for h in hits]}, False

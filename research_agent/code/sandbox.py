@@ -1,0 +1,352 @@
+"""Run untrusted Python (model-written code) in a separate, limited, disposable process.
+
+Every call gets a fresh working directory, a new session (process group), a wall-clock timeout
+and rlimits on CPU time, address space, process count and file size; the environment is rebuilt
+from scratch so API keys never reach the program; output is capped and truncated; on timeout the
+whole group (and pid namespace) is killed. Where the OS allows, the program also runs in new
+pid/net/mount namespaces with a read-only filesystem and as an unprivileged uid — the only way
+RLIMIT_NPROC (fork bombs) binds when the caller is root, which it is in containers.
+
+Isolation levels, strongest first (``isolation_level()`` probes once and caches):
+
+- ``namespaces+uid``: root with util-linux ``unshare``: pid+net+mount namespaces, read-only root,
+  hidden home, fresh tmpfs /tmp, unprivileged uid. No network, no view of other processes.
+- ``userns``: non-root with unprivileged user namespaces: the same namespaces and mounts, own uid.
+- ``uid``: root without namespaces: unprivileged uid and rlimits; network is NOT blocked.
+- ``rlimits``: rlimits, a process group and a temp dir only. The program runs as the caller's
+  user with the caller's filesystem access: it CAN delete the caller's files. Only for trusted code.
+
+Set ``RESEARCH_AGENT_SANDBOX`` to one of these names to force a (weaker) level.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+LEVELS = ("namespaces+uid", "userns", "uid", "rlimits")
+# Levels under which the filesystem outside the work dir is read-only or hidden for the program.
+CONTAINED_LEVELS = ("namespaces+uid", "userns")
+# Output beyond this is not read: the program is killed (protects the caller from output bombs).
+MAX_OUTPUT_BYTES = 1 << 20
+# Unprivileged uids are drawn from here, one per run, so concurrent sandboxes never share an
+# RLIMIT_NPROC count and leftovers are recognisable.
+SANDBOX_UID_RANGE = (1_000_000, 2_000_000)
+_BOOT = Path(__file__).with_name("_sandbox_boot.py")
+_UNSHARE_ROOT = ["--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount"]
+_UNSHARE_USER = ["--user", "--map-root-user", *_UNSHARE_ROOT]
+_SIGNAL_HINTS = {
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGXCPU: "CPU time limit exceeded",
+    signal.SIGXFSZ: "file size limit exceeded",
+    signal.SIGKILL: "killed",
+    signal.SIGABRT: "aborted",
+    signal.SIGBUS: "bus error",
+}
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not start (not a failure of the program it runs)."""
+
+
+@dataclass
+class SandboxLimits:
+    """Resource limits of one execution (the seed used a 10 s timeout; ToRL-style small outputs)."""
+
+    wall_s: float = 10.0
+    cpu_s: int = 10
+    memory_mb: int = 1024  # RLIMIT_AS: virtual memory, so numpy/pandas need a few hundred MB
+    nproc: int = 64
+    fsize_mb: int = 16
+    output_chars: int = 4000  # per stream, after truncation
+
+
+# The shared default of every ``limits=`` argument; never mutated here (use dataclasses.replace).
+DEFAULT_LIMITS = SandboxLimits()
+
+
+@dataclass
+class ExecResult:
+    """How one execution ended. ``error`` is what the model sees: the last traceback line or the limit hit."""
+
+    ok: bool
+    stdout: str
+    stderr: str
+    returncode: int | None
+    timed_out: bool
+    error: str | None
+    seconds: float
+    isolation: str
+
+
+def truncate(text: str, limit: int) -> str:
+    """Keep the head and the tail (errors are usually at the end), marking what was cut."""
+    if len(text) <= limit:
+        return text
+    half = max(limit // 2, 1)
+    return f"{text[:half]}\n... [{len(text) - 2 * half} characters truncated] ...\n{text[-half:]}"
+
+
+def last_line(text: str) -> str | None:
+    """The last non-empty line: for a traceback, the exception (ToRL shows only this to the model)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else None
+
+
+def _scrubbed_env(workdir: str) -> dict[str, str]:
+    """A fresh environment: nothing inherited, so no API key or token can leak into the program."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": workdir,
+        # One BLAS/OpenMP thread: threads reserve address space (RLIMIT_AS) and the cores are shared.
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "POLARS_MAX_THREADS": "1",
+    }
+
+
+def _hidden_and_exposed() -> tuple[list[str], list[str]]:
+    """Home directories to hide, and the Python installation paths inside them to re-expose read-only."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    hide = [home] if home not in ("/", "") and os.path.isdir(home) else []
+    wanted = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    wanted |= {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+    wanted.add(os.path.dirname(os.path.realpath(sys.executable)))
+    inside = sorted(p for p in wanted if any(p == h or p.startswith(h + "/") for h in hide))
+    expose: list[str] = []
+    for p in inside:  # keep only outermost paths
+        if not any(p == e or p.startswith(e + "/") for e in expose):
+            expose.append(p)
+    # Never re-expose the whole home (that would undo hiding it): the current dir on sys.path may be it.
+    expose = [p for p in expose if p not in hide]
+    return hide, expose
+
+
+def _command(level: str) -> list[str]:
+    boot = [os.path.realpath(sys.executable), "-I", "-S", str(_BOOT)]
+    if level == "namespaces+uid":
+        return ["unshare", *_UNSHARE_ROOT, *boot]
+    if level == "userns":
+        return ["unshare", *_UNSHARE_USER, *boot]
+    return boot
+
+
+def _describe(report: dict, limits: SandboxLimits, stderr: str) -> str | None:
+    if "signal" in report:
+        sig = report["signal"]
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        hint = _SIGNAL_HINTS.get(sig, "signal")
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and report.get("cpu_s", 0) >= limits.cpu_s):
+            return f"CPU time limit of {limits.cpu_s} s exceeded"
+        if sig == signal.SIGXFSZ:
+            return f"file size limit of {limits.fsize_mb} MB exceeded"
+        return f"killed by {name} ({hint})"
+    if report.get("returncode", 0) != 0:
+        line = last_line(stderr) or f"exit status {report['returncode']}"
+        if line.startswith("MemoryError"):
+            line += f" (memory limit {limits.memory_mb} MB)"
+        return line
+    return None
+
+
+def _collect(
+    proc: subprocess.Popen, status_r: int, deadline: float
+) -> tuple[bytes, bytes, bytes, str | None]:
+    """Read stdout, stderr and the status pipe until EOF, the deadline, or the output cap."""
+    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), status_r: bytearray()}
+    sel = selectors.DefaultSelector()
+    for fd in bufs:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    stop: str | None = None
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            stop = "timeout"
+            break
+        for key, _ in sel.select(timeout=min(left, 0.5)):
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                sel.unregister(key.fd)
+                continue
+            bufs[key.fd] += chunk
+        if len(bufs[proc.stdout.fileno()]) + len(bufs[proc.stderr.fileno()]) > MAX_OUTPUT_BYTES:
+            stop = "output"
+            break
+    sel.close()
+    return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), bytes(bufs[status_r]), stop
+
+
+def _kill(proc: subprocess.Popen, uid: int | None) -> None:
+    """Kill the session's process group; with a private uid also anything of that uid that escaped it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if uid is not None and os.geteuid() == 0:
+        for _ in range(3):  # a fork bomb may fork between scan and kill: repeat
+            for pid in _pids_of_uid(uid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: str) -> ExecResult:
+    start = time.monotonic()
+    root = os.geteuid() == 0
+    uid = random.randrange(*SANDBOX_UID_RANGE) if root and level in ("namespaces+uid", "uid") else None
+    mount = level in CONTAINED_LEVELS
+    host_dir = None if mount else tempfile.mkdtemp(prefix="ra-sandbox-")
+    if host_dir and uid is not None:
+        os.chown(host_dir, uid, uid)
+    workdir = "/tmp/work" if mount else host_dir
+    hide, expose = _hidden_and_exposed() if mount else ([], [])
+    payload = {
+        "code": code,
+        "files": dict(files or {}),
+        "workdir": workdir,
+        "mount": mount,
+        "uid": uid,
+        "python": os.path.realpath(sys.executable),
+        "env": _scrubbed_env(workdir),
+        "hide": hide,
+        "expose": expose,
+        "limits": {
+            "cpu_s": int(limits.cpu_s),
+            "memory_b": int(limits.memory_mb) << 20,
+            "fsize_b": int(limits.fsize_mb) << 20,
+            "nproc": int(limits.nproc),
+            "tmpfs_mb": max(64, 4 * int(limits.fsize_mb)),
+        },
+    }
+    status_r, status_w = os.pipe()
+    payload["status_fd"] = status_w
+    try:
+        proc = subprocess.Popen(
+            _command(level),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(status_w,),
+            start_new_session=True,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+            cwd="/",
+        )
+    except OSError as e:
+        os.close(status_r)
+        os.close(status_w)
+        raise SandboxError(f"could not start the sandbox ({level}): {e}") from e
+    os.close(status_w)
+    try:
+        proc.stdin.write(json.dumps(payload).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    try:
+        out, err, status, stop = _collect(proc, status_r, start + limits.wall_s)
+        if stop:
+            _kill(proc, uid)
+        proc.wait()
+        _kill(proc, uid)  # stragglers that left the group (setsid) die with the run
+    finally:
+        os.close(status_r)
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+        if host_dir:
+            shutil.rmtree(host_dir, ignore_errors=True)
+    stdout = out.decode("utf-8", "replace")
+    stderr = err.decode("utf-8", "replace")
+    try:
+        report = json.loads(status.decode() or "{}")
+    except json.JSONDecodeError:
+        report = {}
+    if "boot_error" in report:
+        raise SandboxError(f"sandbox setup failed at level {level}: {report['boot_error']}")
+    returncode = report.get("returncode")
+    if "signal" in report:
+        returncode = -report["signal"]
+    if stop == "timeout":
+        error = f"timeout: wall-clock limit of {limits.wall_s:g} s exceeded"
+    elif stop == "output":
+        error = f"output limit exceeded ({MAX_OUTPUT_BYTES >> 20} MB): program killed"
+    elif not report:
+        error = f"sandbox ended without a status (exit {proc.returncode}): {last_line(stderr)}"
+    else:
+        error = _describe(report, limits, stderr)
+    return ExecResult(
+        ok=stop is None and returncode == 0,
+        stdout=truncate(stdout, limits.output_chars),
+        stderr=truncate(stderr, limits.output_chars),
+        returncode=returncode,
+        timed_out=stop == "timeout",
+        error=error,
+        seconds=time.monotonic() - start,
+        isolation=level,
+    )
+
+
+@lru_cache(maxsize=1)
+def isolation_level() -> str:
+    """The strongest level that works here (probed once by running a tiny program through it)."""
+    forced = os.environ.get("RESEARCH_AGENT_SANDBOX")
+    if forced:
+        if forced not in LEVELS:
+            raise ValueError(f"RESEARCH_AGENT_SANDBOX={forced!r} is not one of {', '.join(LEVELS)}")
+        return forced
+    root = os.geteuid() == 0
+    candidates = ["namespaces+uid", "uid"] if root else ["userns"]
+    if not shutil.which("unshare"):
+        candidates = [c for c in candidates if c not in CONTAINED_LEVELS]
+    probe = "import os\nprint(os.getuid())"
+    for level in candidates:
+        try:
+            res = _run(probe, SandboxLimits(wall_s=20.0), None, level)
+        except SandboxError:
+            continue
+        if res.ok and res.stdout.strip():
+            return level
+    return "rlimits"
+
+
+def run_python(
+    code: str, limits: SandboxLimits = DEFAULT_LIMITS, files: dict[str, str] | None = None
+) -> ExecResult:
+    """Run ``code`` as ``main.py`` (with ``files`` beside it) in a fresh sandbox; never raises for program errors."""
+    for name in files or {}:
+        if name.startswith("/") or ".." in Path(name).parts or name == "main.py":
+            raise ValueError(
+                f"sandbox file name {name!r} must be a relative path inside the work dir, not main.py"
+            )
+    return _run(code, limits, files, isolation_level())

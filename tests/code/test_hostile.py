@@ -1,0 +1,184 @@
+"""Ten hostile programs: each must be contained with a clear result, and the caller left unharmed.
+
+"Unharmed" is checked after each: this process is alive, its files and environment are intact,
+and no process of a sandbox uid is left running.
+
+SAFETY: these programs really attack. They run only at a contained isolation level (read-only
+filesystem, pid namespace), and the destructive ones aim only at sacrificial files under pytest's
+``tmp_path`` — never at the repository or the caller's working directory. An earlier version aimed
+``rmtree`` at the caller's cwd and was run with ``RESEARCH_AGENT_SANDBOX=rlimits``: it deleted the repo.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from research_agent.code.sandbox import (
+    CONTAINED_LEVELS,
+    SANDBOX_UID_RANGE,
+    SandboxLimits,
+    isolation_level,
+    run_python,
+)
+
+pytestmark = pytest.mark.skipif(
+    isolation_level() not in CONTAINED_LEVELS,
+    reason=f"hostile programs run only under a contained sandbox, not {isolation_level()!r}",
+)
+
+FAST = SandboxLimits(wall_s=4.0, cpu_s=3, memory_mb=512, nproc=32, fsize_mb=4, output_chars=2000)
+
+
+def _sandbox_processes() -> list[int]:
+    left = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                uid = os.stat(f"/proc/{entry}").st_uid
+            except FileNotFoundError:
+                continue
+            if SANDBOX_UID_RANGE[0] <= uid < SANDBOX_UID_RANGE[1]:
+                left.append(int(entry))
+    return left
+
+
+@pytest.fixture(autouse=True)
+def caller_unharmed():
+    pid = os.getpid()
+    yield
+    assert os.getpid() == pid
+    deadline = time.monotonic() + 3
+    while _sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _sandbox_processes() == [], "sandbox processes survived the run"
+
+
+@pytest.fixture
+def sacrificial_dir(tmp_path: Path) -> Path:
+    """A world-writable directory of throwaway files standing in for the caller's working dir."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    os.chmod(victim, 0o777)
+    os.chmod(victim / "precious.txt", 0o666)
+    return victim
+
+
+def test_infinite_loop_hits_wall_clock():
+    res = run_python("while True:\n    pass\n", SandboxLimits(wall_s=1.5, cpu_s=30))
+    assert not res.ok and res.timed_out
+    assert "wall-clock" in res.error
+    assert res.seconds < 5
+
+
+def test_infinite_loop_hits_cpu_limit():
+    res = run_python("while True:\n    pass\n", SandboxLimits(wall_s=10, cpu_s=1))
+    assert not res.ok and not res.timed_out
+    assert "CPU time limit" in res.error
+
+
+def test_memory_bomb_gets_memory_error():
+    res = run_python("x = []\nwhile True:\n    x.append(bytearray(50 * 2**20))\n", FAST)
+    assert not res.ok
+    assert res.error.startswith("MemoryError") and "512 MB" in res.error
+
+
+def test_fork_bomb_is_contained_and_cleaned_up():
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    res = run_python(code, SandboxLimits(wall_s=2.0, cpu_s=2, nproc=16))
+    assert not res.ok
+    assert res.seconds < 8
+    # the caller can still fork: the bomb did not exhaust the machine's process table for us
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+
+
+def test_gigabyte_of_output_is_cut():
+    res = run_python(
+        "import sys\nblock = 'x' * 2**20\nfor _ in range(1024):\n    sys.stdout.write(block)\n", FAST
+    )
+    assert not res.ok
+    assert "output limit" in res.error
+    assert len(res.stdout) < 2 * FAST.output_chars
+    assert res.seconds < 10
+
+
+def test_writing_outside_the_temp_dir_fails(sacrificial_dir: Path):
+    targets = [sacrificial_dir / "pwned.txt", Path("/var/tmp") / f"ra-hostile-{os.getpid()}"]
+    code = f"targets = {[str(t) for t in targets]!r}\nok = []\n"
+    code += (
+        "for t in targets:\n"
+        "    try:\n        open(t, 'w').write('pwned'); ok.append(t)\n"
+        "    except OSError as e:\n        print('blocked', t, type(e).__name__)\n"
+    )
+    code += "open('inside.txt', 'w').write('fine')\nprint('wrote', ok)\n"
+    res = run_python(code, FAST)
+    assert res.ok, res
+    assert "wrote []" in res.stdout
+    for t in targets:
+        assert not t.exists(), f"sandbox wrote {t}"
+
+
+def test_deleting_files_in_the_working_dir_spares_the_caller(sacrificial_dir: Path):
+    precious = sacrificial_dir / "precious.txt"
+    code = (
+        "import os, shutil\n"
+        f"try:\n    os.remove({str(precious)!r}); print('deleted')\n"
+        "except OSError as e:\n    print('blocked', type(e).__name__)\n"
+        f"shutil.rmtree({str(sacrificial_dir)!r}, ignore_errors=True)\n"
+        "shutil.rmtree(os.getcwd(), ignore_errors=True)\n"  # its own work dir: allowed, and private
+    )
+    res = run_python(code, FAST)
+    assert "deleted" not in res.stdout
+    assert precious.read_text() == "keep me"
+
+
+def test_environment_secrets_are_not_visible(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-123")
+    monkeypatch.setenv("TAVILY_API_KEY", "tvly-SECRET-456")
+    code = (
+        "import os, glob\n"
+        "found = [k for k, v in os.environ.items() if 'SECRET' in v]\n"
+        "for p in glob.glob('/proc/[0-9]*/environ'):\n"
+        "    try:\n        found += ['proc'] if b'SECRET' in open(p, 'rb').read() else []\n"
+        "    except OSError:\n        pass\n"
+        "print('found', found)\n"
+    )
+    res = run_python(code, FAST)
+    assert res.ok, res
+    assert "found []" in res.stdout
+    assert "SECRET" not in res.stdout + res.stderr
+
+
+def test_network_socket_cannot_connect():
+    code = "import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('1.1.1.1', 80))\nprint('connected')\n"
+    res = run_python(code, FAST)
+    assert not res.ok
+    assert "connected" not in res.stdout
+    assert "OSError" in res.error or "unreachable" in res.error.lower()
+
+
+def test_killing_the_parent_does_not_reach_the_caller():
+    code = (
+        "import os, signal\n"
+        "for pid in (os.getppid(), 1, -1, 0):\n"
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n"
+        "    except OSError as e:\n        print('blocked', pid, type(e).__name__)\n"
+        "print('still here')\n"
+    )
+    res = run_python(code, FAST)
+    assert not res.ok or "still here" in res.stdout
+    assert res.error is None or "killed" in res.error  # os.kill(0/-1) may kill the program itself
+    # and this test process is alive to assert it (see the fixture)
+
+
+def test_segfault_via_ctypes_is_reported():
+    res = run_python("import ctypes\nctypes.string_at(0)\n", FAST)
+    assert not res.ok
+    assert "SIGSEGV" in res.error and res.returncode == -11
