@@ -1,0 +1,81 @@
+"""Token log-probs, the masked policy-gradient loss, KL to the reference, and the SFT loss.
+
+Only the model's own tokens count (Search-R1's retrieved-token masking): observation tokens are
+in the input, so the model conditions on them, but they carry no loss, no KL and no entropy.
+The reference policy is the same network with the LoRA adapter disabled (E1), so no second copy
+of the model is held in memory.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+
+
+def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Right-pad sequences; returns (input_ids, attention_mask, loss_mask) as tensors."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    lmask = torch.zeros((len(seqs), width), dtype=torch.float32)
+    for i, (s, m) in enumerate(zip(seqs, masks, strict=True)):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        attn[i, : len(s)] = 1
+        lmask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    return ids, attn, lmask
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each token given its prefix; position t holds log p(x_t | x_<t) (0 at t=0)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    lp = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    lp = F.pad(lp, (1, 0), value=0.0)
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+            ent = F.pad(ent, (1, 0), value=0.0)
+    return lp, ent
+
+
+def reference_logprobs(model, input_ids, attention_mask) -> torch.Tensor:
+    """Log-probs under the base model: the LoRA adapter switched off for this forward pass."""
+    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
+    with torch.no_grad(), ctx:
+        lp, _ = token_logprobs(model, input_ids, attention_mask)
+    return lp
+
+
+def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
+                         advantages: torch.Tensor, mask: torch.Tensor, *, kl_coef: float = 0.05,
+                         clip_ratio: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-level surrogate loss averaged over model tokens.
+
+    ratio = exp(logp − old_logp) (1 on-policy); with ``clip_ratio`` the PPO clipped objective.
+    KL uses the k3 estimator exp(ref − logp) − (ref − logp) − 1, which is ≥ 0.
+    """
+    adv = advantages.unsqueeze(-1)
+    ratio = torch.exp(logp - old_logp)
+    surrogate = ratio * adv
+    if clip_ratio is not None:
+        clipped = torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio) * adv
+        surrogate = torch.minimum(surrogate, clipped)
+    delta = ref_logp - logp
+    kl = torch.exp(delta) - delta - 1
+    per_token = -surrogate + kl_coef * kl
+    denom = mask.sum().clamp(min=1.0)
+    loss = (per_token * mask).sum() / denom
+    stats = {"kl": float((kl * mask).sum() / denom), "ratio": float((ratio * mask).sum() / denom)}
+    return loss, stats
+
+
+def sft_loss(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
+    """Cross-entropy on the model's own tokens only (observations masked)."""
+    lp, _ = token_logprobs(model, input_ids, attention_mask)
+    m = loss_mask.clone()
+    m[:, 0] = 0.0
+    return -(lp * m).sum() / m.sum().clamp(min=1.0)

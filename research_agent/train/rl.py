@@ -1,0 +1,290 @@
+"""The RL loop: rollouts of the agent graph → rewards → filters → advantages → masked PG loss.
+
+Rollouts are the same ``run_batch`` that ``ask``, synthesis and eval use, through one batched
+policy whose model carries the LoRA adapter being trained.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from corpus.packages import atomic_write_text
+from research_agent.agent import AgentConfig, run_batch
+from research_agent.policy import LocalPolicy
+from research_agent.trajectory import Trajectory
+
+from .algorithms import group_advantages, keep_groups
+from .checkpoint import check_resume_config, checkpoints, load_checkpoint, save_checkpoint, write_config
+from .config import TrainConfig
+from .loss import pad_batch, policy_gradient_loss, reference_logprobs, token_logprobs
+from .plots import plot_training
+
+
+class TrainingStopped(RuntimeError):
+    """A collapse alarm stopped the run; the last good checkpoint is kept."""
+
+
+def setup_lora(cfg: TrainConfig, progress: bool = True):
+    """Load the base model and wrap it with a (fresh or given) trainable LoRA adapter."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from research_agent.models import load_model
+
+    base, tok = load_model(cfg.model, progress=progress)
+    if cfg.init_adapter:
+        model = PeftModel.from_pretrained(base, cfg.init_adapter, is_trainable=True)
+    else:
+        lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+        model = get_peft_model(base, lcfg)
+    return model, tok
+
+
+def agent_config(cfg: TrainConfig) -> AgentConfig:
+    return AgentConfig(template=cfg.template, max_turns=cfg.max_turns, max_tool_calls=cfg.max_tool_calls,
+                       max_new_tokens=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens,
+                       temperature=cfg.temperature)
+
+
+class SafeReward:
+    """Call a reward; on an exception give the configured fallback and log each error type once."""
+
+    def __init__(self, fn, fallback: float):
+        self.fn, self.fallback, self.seen = fn, fallback, set()
+        try:
+            self.takes_step = "step" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            self.takes_step = False
+
+    def __call__(self, traj: Trajectory, step: int):
+        from rewards.base import RewardResult
+
+        try:
+            res = self.fn(traj, step=step) if self.takes_step else self.fn(traj)
+            if res.score is None or math.isnan(res.score):
+                raise ValueError("reward is NaN")
+            return res
+        except Exception as e:  # a reward must never kill a training run
+            name = type(e).__name__
+            if name not in self.seen:
+                self.seen.add(name)
+                print(f"reward error ({name}: {e}); using fallback {self.fallback}", file=sys.stderr)
+            return RewardResult(self.fallback, {"reward_error": 1.0})
+
+
+def default_task_file() -> Path:
+    return Path(__file__).resolve().parent.parent / "data" / "factbook_qa.jsonl"
+
+
+def load_tasks(cfg: TrainConfig) -> list[dict]:
+    from synth.qa import read_jsonl
+
+    path = cfg.tasks or str(default_task_file())
+    items = read_jsonl(path, split=cfg.split or None)
+    if not items:
+        raise SystemExit(f"no tasks with split {cfg.split!r} in {path}")
+    return items
+
+
+def make_browser(cfg: TrainConfig):
+    if cfg.retrieval_url:
+        from corpus.service import RemoteBrowser
+
+        return RemoteBrowser(cfg.retrieval_url)
+    from corpus import open_corpus
+
+    return open_corpus(cfg.corpus)
+
+
+def make_reward(spec: str):
+    from rewards import get_reward
+    from rewards.compose import parse_reward_spec
+
+    return parse_reward_spec(spec) if ("," in spec or ":" in spec) else get_reward(spec)
+
+
+def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list[bool]) -> dict:
+    n = max(1, len(trajs))
+    m = {
+        "reward": sum(rewards) / n,
+        "pass_rate": sum(correct) / n,
+        "answer_rate": sum(t.answered for t in trajs) / n,
+        "void_turn_rate": sum(t.has_void_turn for t in trajs) / n,
+        "turns": sum(t.turns for t in trajs) / n,
+        "gen_tokens": sum(t.generated_tokens for t in trajs) / n,
+    }
+    for name in ("search", "open", "find"):
+        m[f"tool_rate/{name}"] = sum(t.count(name) for t in trajs) / n
+    return m
+
+
+def policy_update(model, opt, params, trajs: list[Trajectory], adv: list[float], chosen: list[int], cfg: TrainConfig,
+                  pad_id: int) -> dict:
+    """One optimizer step (or ``ppo_epochs`` of them) on the chosen trajectories; returns loss stats."""
+    stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0}
+    if not chosen:
+        return stats
+    old_cache: dict[int, torch.Tensor] = {}
+    ent_sum = 0.0
+    for epoch in range(cfg.ppo_epochs):
+        opt.zero_grad(set_to_none=True)
+        for mb in range(0, len(chosen), cfg.micro_batch):
+            idx = chosen[mb: mb + cfg.micro_batch]
+            seqs = [trajs[i].prompt_ids + trajs[i].token_ids for i in idx]
+            masks = [[0] * len(trajs[i].prompt_ids) + trajs[i].token_mask for i in idx]
+            ids, attn, lmask = pad_batch(seqs, masks, pad_id)
+            ref = reference_logprobs(model, ids, attn)
+            logp, ent = token_logprobs(model, ids, attn, with_entropy=True)
+            if epoch == 0:  # on-policy: the first pass defines the old policy
+                old_cache[mb] = logp.detach()
+            a = torch.tensor([adv[i] for i in idx], dtype=torch.float32)
+            loss, st = policy_gradient_loss(logp, old_cache[mb], ref, a, lmask, kl_coef=cfg.kl_coef,
+                                            clip_ratio=cfg.clip_ratio if cfg.ppo_epochs > 1 else None)
+            weight = len(idx) / len(chosen)
+            (loss * weight).backward()
+            if epoch == 0:
+                stats["loss"] += float(loss) * weight
+                stats["kl"] += st["kl"] * weight
+                ent_sum += float((ent * lmask).sum())
+                stats["tokens"] += int(lmask.sum())
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        opt.step()
+    stats["entropy"] = ent_sum / max(1, stats["tokens"])
+    return stats
+
+
+def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: bool = True) -> dict:
+    from rewards.qa import token_f1
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if resume:
+        check_resume_config(out, cfg)
+    else:
+        write_config(out, cfg)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    items = load_tasks(cfg)
+    model, tok = setup_lora(cfg, progress=progress)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    reward_fn = make_reward(cfg.reward)
+    safe_reward = SafeReward(reward_fn, cfg.reward_fallback)
+    state = {"position": 0, "order_seed": cfg.seed, "reward_state": None}
+    start = 0
+    metrics_path = out / "metrics.jsonl"
+    if resume and checkpoints(out):
+        last = checkpoints(out)[-1]
+        state = load_checkpoint(last, model, opt)
+        start = state["step"]
+        if state.get("reward_state") and hasattr(reward_fn, "load_state_dict"):
+            reward_fn.load_state_dict(state["reward_state"])
+        _truncate_metrics(metrics_path, start)
+        print(f"resumed from {last} (step {start})", file=sys.stderr)
+    elif metrics_path.exists():
+        metrics_path.unlink()
+    order = list(range(len(items)))
+    random.Random(state["order_seed"]).shuffle(order)
+    browser = browser or make_browser(cfg)
+    policy = LocalPolicy(model, tok, name=f"{cfg.model}+lora")
+    acfg = agent_config(cfg)
+    history: list[dict] = []
+    bar = tqdm(range(start, cfg.steps), desc="rl", disable=not progress, initial=start, total=cfg.steps)
+    for step in bar:
+        t0 = time.perf_counter()
+        torch.manual_seed(cfg.seed * 100_003 + step)  # sampling reproducible per step, also after resume
+        batch_items = []
+        for _ in range(cfg.prompts_per_step):
+            item = items[order[state["position"] % len(order)]]
+            state["position"] += 1
+            for g in range(cfg.group_size):
+                batch_items.append({**item, "id": f"{item.get('id', '')}::s{step}g{g}"})
+        trajs = run_batch(batch_items, policy, browser, acfg, progress=False, concurrency=cfg.concurrency)
+        results = [safe_reward(t, step) for t in trajs]
+        rewards = [r.score for r in results]
+        correct = [token_f1(t.answer, t.gold.get("answers", [])) >= cfg.pass_threshold for t in trajs]
+        adv = group_advantages(rewards, cfg.group_size, cfg.algorithm)
+        keep_g = keep_groups(rewards, correct, cfg.group_size, low=cfg.filter_low, high=cfg.filter_high,
+                             zero_variance=cfg.filter_zero_variance)
+        chosen = [i for i, t in enumerate(trajs)
+                  if keep_g[i // cfg.group_size] and not (cfg.drop_void_turns and t.has_void_turn)
+                  and any(t.token_mask)]
+        t_roll = time.perf_counter() - t0
+        model.train()
+        upd = policy_update(model, opt, params, trajs, adv, chosen, cfg, tok.pad_token_id)
+        model.eval()
+        row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct), "loss": upd["loss"], "kl": upd["kl"],
+               "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
+               "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll}
+        comps: dict[str, float] = {}
+        for r in results:
+            for k, v in r.components.items():
+                comps[k] = comps.get(k, 0.0) + v / len(results)
+        row.update({f"reward/{k}": v for k, v in comps.items()})
+        history.append(row)
+        with open(metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        plot_training(metrics_path, out / "training.png")
+        bar.set_postfix(reward=f"{row['reward']:.3f}", pass_=f"{row['pass_rate']:.2f}", kl=f"{upd['kl']:.4f}")
+        alarm = collapse_alarm(history, cfg)
+        if alarm:
+            print(f"ALARM at step {step + 1}: {alarm}. Stopping; the last good checkpoint is kept.", file=sys.stderr)
+            raise TrainingStopped(alarm)
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            rs = reward_fn.state_dict() if hasattr(reward_fn, "state_dict") else None
+            save_checkpoint(out, step + 1, model, opt, {**state, "reward_state": rs}, keep=cfg.keep_checkpoints)
+    save_adapter(model, out / "adapter")
+    summary = {"steps": cfg.steps, "final": history[-1] if history else None, "adapter": str(out / "adapter")}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    return summary
+
+
+def save_adapter(model, final: Path) -> None:
+    tmp = final.with_name(f".{final.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop metric rows of steps after the checkpoint being resumed (they will be redone)."""
+    if not path.exists():
+        return
+    rows = [line for line in path.read_text().splitlines() if line.strip()]
+    keep = []
+    for line in rows:
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                keep.append(line)
+        except json.JSONDecodeError:
+            continue
+    atomic_write_text(path, "".join(line + "\n" for line in keep))
+
+
+def collapse_alarm(history: list[dict], cfg: TrainConfig) -> str | None:
+    """Named collapse conditions: NaN loss, KL blow-up, reward or answer rate falling off a cliff."""
+    last = history[-1]
+    if math.isnan(last["loss"]) or math.isinf(last["loss"]):
+        return "loss is NaN/inf"
+    if last["kl"] > cfg.kl_alarm:
+        return f"KL {last['kl']:.3f} exceeds {cfg.kl_alarm}"
+    if len(history) >= 10:
+        early, late = history[-10:-5], history[-5:]
+        for key in ("reward", "answer_rate"):
+            a = sum(r[key] for r in early) / 5
+            b = sum(r[key] for r in late) / 5
+            if a > 0.2 and b < 0.3 * a:
+                return f"{key} collapsed from {a:.3f} to {b:.3f} over the last 10 steps"
+    return None

@@ -1,0 +1,133 @@
+"""SFT cold start on synthesized trajectories (D3/E9): LoRA, loss on the model's turns only.
+
+The export is text (teacher and student tokenizers differ), so each example is rendered here with
+the student's tokenizer exactly as the agent renders a live episode: the chat-template prompt,
+then each completion (loss) followed by its observation (no loss).  The resulting adapter is what
+RL starts from (``--init-adapter``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from corpus.packages import atomic_write_text
+from research_agent import prompts
+
+from .checkpoint import check_resume_config, checkpoints, load_checkpoint, save_checkpoint, write_config
+from .config import TrainConfig
+from .loss import pad_batch, sft_loss
+from .plots import plot_training
+
+
+def render_example(tok, record: dict, template: str | None = None, max_tokens: int = 1024
+                   ) -> tuple[list[int], list[int]] | None:
+    """(input_ids, loss_mask) for one exported trajectory, or None when it does not fit."""
+    msgs = prompts.messages(record["question"], template or record.get("template", "fast"))
+    prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+    if hasattr(prompt, "input_ids"):
+        prompt = prompt["input_ids"]
+    ids, mask = list(prompt), [0] * len(prompt)
+    for turn in record["turns"]:
+        c = tok.encode(turn["completion"], add_special_tokens=False)
+        ids += c
+        mask += [1] * len(c)
+        if turn.get("observation"):
+            o = tok.encode(turn["observation"], add_special_tokens=False)
+            ids += o
+            mask += [0] * len(o)
+    if len(ids) > max_tokens or not any(mask):
+        return None
+    return ids, mask
+
+
+def load_sft_records(path: str) -> list[dict]:
+    out, bad = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(rec, dict) and "turns" in rec and "question" in rec:
+                out.append(rec)
+            else:
+                bad += 1
+    if bad:
+        print(f"{path}: {bad} broken lines skipped", file=sys.stderr)
+    return out
+
+
+def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict:
+    from .rl import save_adapter, setup_lora
+
+    if not cfg.tasks:
+        raise SystemExit("--stage sft needs --tasks SFT.jsonl (from `python -m synth sft-export`)")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if resume:
+        check_resume_config(out, cfg)
+    else:
+        write_config(out, cfg)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model, tok = setup_lora(cfg, progress=progress)
+    records = load_sft_records(cfg.tasks)
+    examples = [e for e in (render_example(tok, r, cfg.template, cfg.max_total_tokens) for r in records) if e]
+    if not examples:
+        raise SystemExit(f"no usable SFT examples in {cfg.tasks}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    steps_per_epoch = (len(examples) + cfg.micro_batch - 1) // cfg.micro_batch
+    total = steps_per_epoch * cfg.epochs
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / max(1, total)))
+    start = 0
+    metrics_path = out / "metrics.jsonl"
+    if resume and checkpoints(out):
+        state = load_checkpoint(checkpoints(out)[-1], model, opt)
+        start = state["step"]
+        for _ in range(start):
+            sched.step()
+    elif metrics_path.exists():
+        metrics_path.unlink()
+    model.train()
+    bar = tqdm(range(start, total), desc="sft", disable=not progress, initial=start, total=total)
+    last: dict = {}
+    for step in bar:
+        epoch, pos = divmod(step, steps_per_epoch)
+        order = list(range(len(examples)))
+        random.Random(cfg.seed + epoch).shuffle(order)
+        idx = order[pos * cfg.micro_batch: (pos + 1) * cfg.micro_batch]
+        t0 = time.perf_counter()
+        ids, attn, lmask = pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx],
+                                     tok.pad_token_id)
+        loss = sft_loss(model, ids, attn, lmask)
+        if torch.isnan(loss):
+            raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        opt.step()
+        sched.step()
+        last = {"step": step + 1, "epoch": epoch, "loss": float(loss), "tokens": int(lmask.sum()),
+                "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
+        with open(metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(last) + "\n")
+        bar.set_postfix(loss=f"{float(loss):.3f}")
+        if (step + 1) % max(1, cfg.checkpoint_every) == 0:
+            save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.keep_checkpoints)
+    plot_training(metrics_path, out / "training.png")
+    save_adapter(model, out / "adapter")
+    summary = {"examples": len(examples), "skipped": len(records) - len(examples), "steps": total,
+               "final": last, "adapter": str(out / "adapter")}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    return summary

@@ -1,0 +1,123 @@
+"""``python -m synth qa | trajectories | sft-export``: QA pairs, teacher trajectories, SFT data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def cmd_qa(args) -> int:
+    from corpus import open_corpus
+
+    from .qa import QASynthesizer, read_jsonl, write_jsonl
+
+    browser = open_corpus(args.corpus)
+    docs = list(browser.documents())
+    exclude = []
+    for path in args.exclude or []:
+        exclude += read_jsonl(path)
+    synth = QASynthesizer(docs, browser.chunks, seed=args.seed)
+    items, stats = synth.generate(multi_hop=not args.single_hop_only, exclude=exclude)
+    if args.per_kind:
+        counts: dict[str, int] = {}
+        balanced = []
+        for it in items:
+            if counts.get(it.kind, 0) < args.per_kind:
+                balanced.append(it)
+                counts[it.kind] = counts.get(it.kind, 0) + 1
+        items = balanced
+    if args.limit:
+        items = items[: args.limit]
+    write_jsonl(args.out, items)
+    for w in stats["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    stats["written"] = len(items)
+    stats["written_splits"] = {s: sum(1 for i in items if i.split == s) for s in ("train", "dev", "test")}
+    print(json.dumps(stats, indent=1))
+    return 0
+
+
+def cmd_trajectories(args) -> int:
+    from research_agent.agent import AgentConfig
+    from research_agent.policy import load_policy
+
+    from .qa import read_jsonl
+    from .trajectories import synthesize_trajectories
+
+    items = read_jsonl(args.qa, split=args.split or None)
+    if args.limit:
+        items = items[: args.limit]
+    if args.retrieval_url:
+        from corpus.service import RemoteBrowser
+
+        browser = RemoteBrowser(args.retrieval_url)
+    else:
+        from corpus import open_corpus
+
+        browser = open_corpus(args.corpus)
+    policy = load_policy(args.model, endpoint=args.endpoint)
+    cfg = AgentConfig(template=args.template, temperature=args.temperature, max_turns=args.max_turns,
+                      max_tool_calls=args.max_tool_calls, max_new_tokens=args.max_new_tokens)
+    stats = synthesize_trajectories(items, policy, browser, args.out, samples=args.samples, config=cfg,
+                                    concurrency=args.concurrency)
+    print(json.dumps(stats))
+    return 0
+
+
+def cmd_sft_export(args) -> int:
+    from .trajectories import export_sft, filter_trajectories, load_trajectories
+
+    trajs = load_trajectories(args.trajectories)
+    kept, stats = filter_trajectories(trajs, min_reward=args.min_f1, confidence_keep=args.confidence_keep)
+    stats["exported"] = export_sft(kept, args.out)
+    print(json.dumps(stats))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m synth", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("qa", help="synthesize verified QA pairs (single- and multi-hop) from a corpus")
+    q.add_argument("--corpus", default=None, help="corpus directory (default: the embedded corpus)")
+    q.add_argument("--out", required=True)
+    q.add_argument("--per-kind", type=int, default=None, help="at most N questions of each kind (balance)")
+    q.add_argument("--limit", type=int, default=None)
+    q.add_argument("--single-hop-only", action="store_true")
+    q.add_argument("--exclude", nargs="*", help="evaluation JSONL files whose questions/answers must not leak")
+    q.add_argument("--seed", type=int, default=0)
+    q.set_defaults(fn=cmd_qa)
+    t = sub.add_parser("trajectories", help="run the agent with a teacher model over QA pairs (resumable)")
+    t.add_argument("--qa", required=True)
+    t.add_argument("--out", required=True, help="directory of JSONL shards")
+    t.add_argument("--model", default="qwen2.5-coder-0.5b")
+    t.add_argument("--endpoint", default=None, help="OpenAI-compatible server for the teacher")
+    t.add_argument("--corpus", default=None)
+    t.add_argument("--retrieval-url", default=None)
+    t.add_argument("--split", default="train")
+    t.add_argument("--limit", type=int, default=None)
+    t.add_argument("--samples", type=int, default=1, help="trajectories per question")
+    t.add_argument("--temperature", type=float, default=0.7)
+    t.add_argument("--template", default="fast")
+    t.add_argument("--max-turns", type=int, default=5)
+    t.add_argument("--max-tool-calls", type=int, default=3)
+    t.add_argument("--max-new-tokens", type=int, default=64)
+    t.add_argument("--concurrency", type=int, default=8)
+    t.set_defaults(fn=cmd_trajectories)
+    s = sub.add_parser("sft-export", help="filter trajectories and write chat-format SFT data")
+    s.add_argument("--trajectories", required=True, help="directory of shards")
+    s.add_argument("--out", required=True)
+    s.add_argument("--min-f1", type=float, default=0.8)
+    s.add_argument("--confidence-keep", type=float, default=None,
+                   help="keep this share of the most confident trajectories (DeepConf lowest-group)")
+    s.set_defaults(fn=cmd_sft_export)
+    args = p.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
