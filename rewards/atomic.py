@@ -122,6 +122,10 @@ class LLMThoughtScorer:
         return out
 
 
+# Atom-Searcher decays the process weight so the outcome reward dominates late in training.
+DEFAULT_WEIGHT = Schedule.linear(0.5, 0.0, 500)
+
+
 class AtomicThoughtReward:
     """(1 − w(step))·outcome + w(step)·mean unit score; w decays (default linear 0.5 → 0 over 500 steps)."""
 
@@ -130,7 +134,7 @@ class AtomicThoughtReward:
     def __init__(
         self,
         outcome: Callable[[Any], RewardResult] = f1_reward,
-        weight: Schedule | float | str = Schedule.linear(0.5, 0.0, 500),
+        weight: Schedule | float | str = DEFAULT_WEIGHT,
         scorer: Callable[[Any, list[ThoughtUnit]], list[float]] | None = None,
         max_units: int = 64,
     ):
