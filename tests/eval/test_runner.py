@@ -1,0 +1,94 @@
+"""Run directories: results JSON, resume after an interruption, schema and identity checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.rundir import RunDirError, load_results, scan_trajectories
+from eval.runner import evaluate
+
+
+class FakeBrowser:
+    manifest = {"embedding_model": "all-MiniLM-L6-v2", "chunks": 3}
+
+
+CONFIG = {"template": "fast", "max_turns": 4}
+
+
+def run(items, out, **kw):
+    kw.setdefault("run_info", {"model": "m"})
+    return evaluate(items, object(), FakeBrowser(), CONFIG, out, bench="toy", progress=False, **kw)
+
+
+def test_results_json_records_config_versions_and_manifest(scripted, make_items, tmp_path):
+    scripted.wrong = {"q1"}
+    results = run(make_items(4), tmp_path / "r")
+    saved = load_results(tmp_path / "r")
+    assert saved["metrics"] == results["metrics"]
+    m = saved["metrics"]
+    assert m["em"] == pytest.approx(0.75)
+    assert m["funnel_retrieved"] == 4 and m["funnel_opened"] == 0, "answered from snippets: never opened"
+    assert m["reached_cited_rate"] == 1.0 and m["reached_correct_rate"] == pytest.approx(0.75)
+    assert saved["agent_config"] == CONFIG and saved["model"] == "m" and saved["bench"] == "toy"
+    assert saved["index_manifest"] == FakeBrowser.manifest
+    assert "python" in saved["versions"]
+    lines = (tmp_path / "r" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[0])["gold"]["answers"]
+
+
+def test_resume_after_interruption_does_not_redo_answered_questions(scripted, make_items, tmp_path):
+    items = make_items(6)
+    scripted.interrupt_after = 3
+    with pytest.raises(KeyboardInterrupt):
+        run(items, tmp_path / "r")
+    path = tmp_path / "r" / "trajectories.jsonl"
+    assert len(path.read_text().splitlines()) == 3
+    assert not (tmp_path / "r" / "results.json").exists()
+    with pytest.raises(RunDirError, match="interrupted"):
+        load_results(tmp_path / "r")
+    with path.open("a") as f:  # killed in the middle of writing the fourth record
+        f.write('{"question": "question 3?", "id": "q3", "steps": [{"act')
+
+    scripted.interrupt_after = None
+    results = run(items, tmp_path / "r")
+    assert scripted.calls[-1] == ["q3", "q4", "q5"], "only the unanswered questions run again"
+    assert results["n_resumed"] == 3 and results["metrics"]["n"] == 6
+    ids = [t.id for t in scan_trajectories(path)]
+    assert sorted(ids) == [f"q{i}" for i in range(6)], "no duplicates, broken line gone"
+
+    again = run(items, tmp_path / "r")  # everything done: nothing runs, results rewritten
+    assert len(scripted.calls) == 2 and again["metrics"] == results["metrics"]
+
+
+def test_larger_limit_extends_the_same_run(scripted, make_items, tmp_path):
+    items = make_items(6)
+    run(items[:2], tmp_path / "r", run_info={"model": "m", "limit": 2})
+    results = run(items, tmp_path / "r", run_info={"model": "m", "limit": 6})
+    assert scripted.calls[-1] == ["q2", "q3", "q4", "q5"] and results["metrics"]["n"] == 6
+
+
+def test_resume_refuses_a_different_experiment(scripted, make_items, tmp_path):
+    run(make_items(2), tmp_path / "r")
+    with pytest.raises(RunDirError, match="different run.*model"):
+        run(make_items(2), tmp_path / "r", run_info={"model": "other"})
+
+
+def test_corrupt_middle_line_stops_instead_of_lying(scripted, make_items, tmp_path):
+    run(make_items(3), tmp_path / "r")
+    path = tmp_path / "r" / "trajectories.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "{broken", lines[2]]) + "\n")
+    with pytest.raises(RunDirError, match="line 2 is corrupt"):
+        scan_trajectories(path)
+
+
+def test_older_schema_run_dir_is_refused(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_text(json.dumps({"metrics": {"em": 0.5}}))
+    with pytest.raises(RunDirError, match="older eval"):
+        load_results(old)
+    with pytest.raises(RunDirError, match="does not exist"):
+        load_results(tmp_path / "missing")
