@@ -1,0 +1,133 @@
+"""compare (table + PNGs) and the reward-hacking check over checkpoints, on scripted runs."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from eval.checkpoints import TrainingRunError, check_checkpoints, reward_at_checkpoints
+from eval.cli import main
+from eval.compare import compare_runs
+from eval.rundir import RunDirError
+from eval.runner import evaluate
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def make_run(scripted, make_items):
+    def run(out, wrong=()):
+        scripted.wrong = set(wrong)
+        evaluate(
+            make_items(4),
+            object(),
+            object(),
+            {},
+            out,
+            bench="toy",
+            run_info={"model": out.name},
+            progress=False,
+        )
+
+    return run
+
+
+def test_compare_writes_table_and_plots(make_run, tmp_path):
+    make_run(tmp_path / "base", wrong={"q0", "q1", "q2"})
+    make_run(tmp_path / "rl", wrong={"q0"})
+    table = compare_runs([tmp_path / "base", tmp_path / "rl"], tmp_path / "cmp")
+    lines = table.splitlines()
+    assert "base" in lines[0] and "rl" in lines[0]
+    em = next(line for line in lines if line.startswith("| em "))
+    assert em.split("|")[2].strip() == "0.250" and em.split("|")[3].strip() == "0.750"
+    assert any(line.startswith("| funnel_retrieved_rate") for line in lines)
+    assert (tmp_path / "cmp" / "table.md").read_text().strip() == table
+    for png in ("metrics.png", "funnel.png"):
+        data = (tmp_path / "cmp" / png).read_bytes()
+        assert data.startswith(PNG) and len(data) > 2000
+
+
+def test_compare_cli_and_bad_run_dirs(make_run, tmp_path, capsys):
+    make_run(tmp_path / "a")
+    assert main(["compare", str(tmp_path / "a"), "--out", str(tmp_path / "cmp")]) == 0
+    assert "| em" in capsys.readouterr().out
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_text(json.dumps({"metrics": {}}))
+    assert main(["compare", str(tmp_path / "a"), str(old)]) == 2
+    assert "older eval" in capsys.readouterr().err
+    with pytest.raises(RunDirError):
+        compare_runs([tmp_path / "nope"], tmp_path / "cmp")
+
+
+def test_unknown_benchmark_on_the_cli(capsys, tmp_path):
+    assert main(["qa", "--bench", "natural-questions", "--out", str(tmp_path / "unused")]) == 2
+    err = capsys.readouterr().err
+    assert "natural-questions" in err and "squad-open" in err and "simpleqa" in err
+
+
+def _training_run(tmp_path, rewards: dict[int, float]):
+    train = tmp_path / "train"
+    for step in (10, 20, 30):
+        (train / "checkpoints" / f"step-{step}").mkdir(parents=True)
+    lines = [json.dumps({"step": s, "reward": r, "loss": 0.1}) for s, r in rewards.items()]
+    (train / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 31, "rew')  # torn last line
+    return train
+
+
+def test_reward_at_checkpoints_averages_since_previous():
+    rows = [{"step": s, "reward": float(s)} for s in range(1, 31)]
+    got = reward_at_checkpoints(rows, [10, 20, 30])
+    assert got == {10: pytest.approx(5.5), 20: pytest.approx(15.5), 30: pytest.approx(25.5)}
+
+
+def test_checkpoints_flag_rising_reward_with_flat_heldout(scripted, make_items, tmp_path):
+    train = _training_run(tmp_path, {s: 0.1 + 0.02 * s for s in range(1, 31)})
+    loaded = []
+
+    def load_policy(model, adapter=None):
+        loaded.append(adapter)
+        return SimpleNamespace(name=adapter)
+
+    scripted.wrong = {"q0", "q1"}  # held-out F1 stays at 0.5 for every checkpoint
+    report = check_checkpoints(
+        train,
+        make_items(4),
+        object(),
+        {},
+        tmp_path / "heldout",
+        model="m",
+        load_policy=load_policy,
+        progress=False,
+    )
+    assert [r["step"] for r in report["checkpoints"]] == [10, 20, 30]
+    assert loaded == [str(train / "checkpoints" / f"step-{s}") for s in (10, 20, 30)]
+    assert all(r["heldout"] == pytest.approx(0.5) for r in report["checkpoints"])
+    assert report["hacking_suspected"] and "divergence" in report["alarms"][0][1]
+    assert (tmp_path / "heldout" / "reward_vs_heldout.png").read_bytes().startswith(PNG)
+    assert json.loads((tmp_path / "heldout" / "checkpoints.json").read_text())["hacking_suspected"]
+    assert (tmp_path / "heldout" / "step-20" / "results.json").exists()
+
+
+def test_checkpoints_quiet_when_heldout_improves(scripted, make_items, tmp_path):
+    train = _training_run(tmp_path, {s: 0.1 + 0.02 * s for s in range(1, 31)})
+    wrong_by_ckpt = {"step-10": {"q0", "q1", "q2"}, "step-20": {"q0"}, "step-30": set()}
+
+    def load_policy(model, adapter=None):
+        scripted.wrong = wrong_by_ckpt[adapter.rsplit("/", 1)[-1]]
+        return SimpleNamespace(name=adapter)
+
+    report = check_checkpoints(
+        train, make_items(4), object(), {}, tmp_path / "h", model="m", load_policy=load_policy, progress=False
+    )
+    assert [r["heldout"] for r in report["checkpoints"]] == pytest.approx([0.25, 0.75, 1.0])
+    assert not report["hacking_suspected"]
+
+
+def test_training_run_without_checkpoints(tmp_path):
+    with pytest.raises(TrainingRunError, match="checkpoints"):
+        check_checkpoints(
+            tmp_path, [], object(), {}, tmp_path / "o", model="m", load_policy=lambda *a, **k: None
+        )
