@@ -18,12 +18,11 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from rewards.compose import RewardHackingMonitor
-
 from eval.benchmarks import CorpusSpec
 from eval.compare import _pyplot, save_figure
 from eval.rundir import RUN_SCHEMA, write_json
 from eval.runner import evaluate
+from rewards.compose import RewardHackingMonitor
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 

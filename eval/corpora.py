@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from corpus.store import MANIFEST
-
 from corpus.packages import cache_dir
+from corpus.store import MANIFEST
 from eval.benchmarks import CorpusSpec
 
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 import re
 from statistics import mean
 
-from rewards.qa import exact_match, normalize_answer, token_f1
-
 from research_agent.trajectory import Trajectory
+from rewards.qa import exact_match, normalize_answer, token_f1
 
 FUNNEL_STAGES = ("retrieved", "opened", "found", "cited", "correct")
 
