@@ -107,6 +107,7 @@ class ResearchAgent:
         traj, action = state["traj"], state["pending"]
         step = traj.steps[-1]
         t0 = _now()
+        note = ""
         if no_tool_calls_left(traj, self.config, counting_current=True):
             step.error = "tool call limit reached"
             step.info["refused"] = True
@@ -118,9 +119,9 @@ class ResearchAgent:
                 step.error = str(e)
                 body = prompts.TOOL_ERROR.format(message=e)
             left = self.config.max_tool_calls - _used_calls(traj)
-            body += "\n" + (prompts.NO_CALLS_LEFT if left <= 0 else prompts.CALLS_LEFT.format(n=left))
+            note = prompts.NO_CALLS_LEFT if left <= 0 else prompts.CALLS_LEFT.format(n=left)
         step.seconds += _now() - t0
-        self._observe(traj, step, body)
+        self._observe(traj, step, body, note)
         return Command(goto="policy", update={"pending": None})
 
     def answer_node(self, state: AgentState) -> Command[Literal["__end__"]]:
@@ -177,10 +178,13 @@ class ResearchAgent:
             return fallback
 
     # ---- bookkeeping ----------------------------------------------------------------------------
-    def _observe(self, traj: Trajectory, step: Step, body: str) -> None:
+    def _observe(self, traj: Trajectory, step: Step, body: str, note: str = "") -> None:
+        """Append an observation; the body is truncated to the budget, the note never is."""
         ids = self.tok.encode(body, add_special_tokens=False)
         if len(ids) > self.config.observation_tokens:
             body = self.tok.decode(ids[: self.config.observation_tokens]) + " ...(truncated)"
+        if note:
+            body = f"{body}\n{note}"
         text = prompts.OBSERVATION.format(body=body)
         step.observation = text
         step.observation_ids = self.tok.encode(text, add_special_tokens=False)

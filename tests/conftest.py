@@ -1,0 +1,39 @@
+"""Session fixtures shared by the agent, synthesis and training tests: a small real corpus built
+from installed Factbook profiles, and the real fast model (smollm2-135m), each made once."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# France, Germany and their neighbours: enough for single- and multi-hop questions over border links
+SMALL_GECS = ["fr", "gm", "it", "sp", "be", "lu", "sz", "au", "nl", "po", "an", "mn", "ez", "da", "pl"]
+
+
+@pytest.fixture(scope="session")
+def small_corpus_dir(tmp_path_factory):
+    from corpus import build_corpus
+    from corpus.factbook import factbook_documents
+
+    out = tmp_path_factory.mktemp("corpus") / "factbook-small"
+    build_corpus(out=out, documents=list(factbook_documents(gecs=SMALL_GECS)), progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_browser(small_corpus_dir):
+    from corpus import open_corpus
+
+    return open_corpus(small_corpus_dir)
+
+
+@pytest.fixture(scope="session")
+def smol():
+    """(model, tokenizer) of the fast model; fetched and converted once per machine."""
+    from research_agent.models import load_model
+
+    return load_model("smollm2-135m", progress=False)
