@@ -95,3 +95,29 @@ def test_composition_linear_in_weights(a, b, k):
 def test_schedule_weights_in_composition():
     c = ComposedReward([("f1", f1_reward, Schedule.linear(0, 1, 10))])
     assert c(make_traj(), step=5).score == pytest.approx(0.5)
+
+
+def test_malformed_trajectories_never_raise():
+    from research_agent.trajectory import Step, Trajectory
+
+    bad = [
+        Trajectory(question=""),
+        Trajectory(
+            question="q",
+            gold={"answers": None, "rubrics": "x", "needed_calls": "two", "reference_calls": "junk"},
+            answer="  ",
+            citations=["a", "a"],
+            steps=[Step("invalid")],
+        ),
+        Trajectory(
+            question="q",
+            gold={"rubrics": [{"fact": None}, {"id": 1, "fact": "x", "entity": None}]},
+            answer="x",
+            steps=[Step("submit", info={"passed": "yes"})],
+        ),
+    ]
+    for name in NAMES:
+        for t in bad:
+            r = get_reward(name)
+            res = r(t, step=1) if getattr(r, "uses_step", False) else r(t)
+            assert isinstance(res, RewardResult), name
