@@ -23,9 +23,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import requests
+# the repository first: this folder's corpus.py (another bench) would shadow the corpus package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corpus.service import RemoteBrowser
+import requests  # noqa: E402
+
+from corpus.service import RemoteBrowser  # noqa: E402
 
 
 def build_small_corpus(out: Path, n_docs: int) -> None:
