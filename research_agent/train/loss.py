@@ -69,7 +69,8 @@ def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: t
     per_token = -surrogate + kl_coef * kl
     denom = mask.sum().clamp(min=1.0)
     loss = (per_token * mask).sum() / denom
-    stats = {"kl": float((kl * mask).sum() / denom), "ratio": float((ratio * mask).sum() / denom)}
+    with torch.no_grad():
+        stats = {"kl": float((kl * mask).sum() / denom), "ratio": float((ratio * mask).sum() / denom)}
     return loss, stats
 
 

@@ -37,7 +37,8 @@ def plot_training(metrics_path: str | Path, out_png: str | Path) -> None:
             ax.plot(steps, [r.get(key, 0) for r in rows], label=label)
     ax.set_title("reward and pass rate")
     ax.set_xlabel("step")
-    ax.legend()
+    if ax.lines:
+        ax.legend()
     ax = axes[1]
     ax.plot(steps, [r.get("loss", 0) for r in rows], label="loss")
     ax.set_title("loss and KL")

@@ -1,0 +1,74 @@
+"""Advantages, filters and the masked loss, checked against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from research_agent.train.algorithms import group_advantages, keep_groups
+from research_agent.train.loss import policy_gradient_loss
+
+
+def test_reinforce_uses_the_batch_mean():
+    assert group_advantages([1.0, 0.0, 0.5, 0.5], 2, "reinforce") == pytest.approx([0.5, -0.5, 0.0, 0.0])
+
+
+def test_grpo_normalizes_within_each_group():
+    adv = group_advantages([1.0, 0.0, 0.5, 0.5], 2, "grpo")
+    assert adv[:2] == pytest.approx([1.0, -1.0], abs=1e-5)  # mean .5, std .5
+    assert adv[2:] == pytest.approx([0.0, 0.0])  # zero variance → zero advantage
+
+
+def test_rloo_leaves_one_out():
+    # group [1, 0, 0]: 1 − 0 = 1; 0 − (1+0)/2 = −0.5
+    assert group_advantages([1.0, 0.0, 0.0], 3, "rloo") == pytest.approx([1.0, -0.5, -0.5])
+
+
+def test_bad_inputs_are_clear_errors():
+    with pytest.raises(ValueError, match="NaN"):
+        group_advantages([math.nan, 1.0], 2, "grpo")
+    with pytest.raises(ValueError, match="groups of 3"):
+        group_advantages([1.0, 0.0], 3, "grpo")
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        group_advantages([1.0, 0.0], 2, "ppo-magic")
+
+
+def test_dynamic_filter_drops_saturated_and_flat_groups():
+    rewards = [1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0.3, 0.3, 0.3, 0.3]
+    correct = [True] * 4 + [False] * 4 + [True, False, False, False] + [False] * 4
+    assert keep_groups(rewards, correct, 4) == [False, False, True, False]
+    # accuracy thresholds disabled: only the zero-variance rule remains
+    assert keep_groups(rewards, correct, 4, low=0, high=1) == [False, False, True, False]
+    assert keep_groups([1, 0, 1, 0], [True, False, True, False], 4, low=0, high=1) == [True]
+
+
+def test_loss_ignores_observation_tokens():
+    torch.manual_seed(0)
+    logp = torch.randn(2, 6).clamp(max=0).requires_grad_()
+    mask = torch.tensor([[0, 1, 1, 0, 0, 1], [0, 0, 1, 1, 0, 0]], dtype=torch.float32)
+    adv = torch.tensor([1.0, -0.5])
+    ref = logp.detach() - 0.1
+    loss, _ = policy_gradient_loss(logp, logp.detach(), ref, adv, mask, kl_coef=0.05)
+    loss.backward()
+    grad = logp.grad.clone()
+    assert torch.all(grad[mask == 0] == 0)  # no gradient reaches observation positions
+    # perturbing the observation positions' log-probs changes nothing
+    logp2 = logp.detach().clone()
+    logp2[mask == 0] += torch.randn(int((mask == 0).sum()))
+    ref2 = ref.clone()
+    ref2[mask == 0] = logp2[mask == 0] - 0.1
+    loss3, _ = policy_gradient_loss(logp2, logp2, ref2, adv, mask, kl_coef=0.05)
+    assert float(loss3) == pytest.approx(float(loss), abs=1e-6)
+
+
+def test_clipped_ratio_bounds_the_update():
+    logp = torch.tensor([[0.0, -0.1]])
+    old = torch.tensor([[0.0, -1.0]])  # ratio e^0.9 ≈ 2.46 on the second token
+    mask = torch.tensor([[0.0, 1.0]])
+    adv = torch.tensor([1.0])
+    unclipped, _ = policy_gradient_loss(logp, old, logp, adv, mask, kl_coef=0.0)
+    clipped, _ = policy_gradient_loss(logp, old, logp, adv, mask, kl_coef=0.0, clip_ratio=0.2)
+    assert float(unclipped) == pytest.approx(-math.exp(0.9), rel=1e-5)
+    assert float(clipped) == pytest.approx(-1.2, rel=1e-5)

@@ -1,0 +1,148 @@
+"""The trainer on the real fast model: LoRA moves and the base does not, resume, SFT, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from research_agent.agent import AgentConfig, ResearchAgent
+from research_agent.policy import Generation
+from research_agent.train.checkpoint import ResumeError
+from research_agent.train.config import TrainConfig, load_config
+from research_agent.train.rl import SafeReward, policy_update, setup_lora, train_rl
+from research_agent.train.sft import render_example, train_sft
+
+
+class ScriptedPolicy:
+    """Test double replaying fixed turns, so the trajectories fed to the update are known."""
+
+    def __init__(self, tokenizer, turns):
+        self.tokenizer, self.name, self.turns = tokenizer, "scripted", list(turns)
+
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
+        text = self.turns.pop(0)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return [Generation(text, ids, [-0.5] * len(ids), "stop")]
+
+
+def _trajectories(tok, browser):
+    good = ResearchAgent(ScriptedPolicy(tok, ["<search>capital of France</search>", "<answer>Paris</answer>"]),
+                         browser.fork()).run("What is the capital of France?", gold={"answers": ["Paris"]})
+    bad = ResearchAgent(ScriptedPolicy(tok, ["<search>capital of France</search>", "<answer>Lyon</answer>"]),
+                        browser.fork()).run("What is the capital of France?", gold={"answers": ["Paris"]})
+    return [good, bad]
+
+
+def test_one_update_moves_lora_weights_and_no_base_weight(small_browser):
+    cfg = TrainConfig(lr=1e-3, micro_batch=2, kl_coef=0.05)
+    model, tok = setup_lora(cfg, progress=False)
+    trajs = _trajectories(tok, small_browser)
+    lora = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    base = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    model.train()
+    stats = policy_update(model, opt, params, trajs, [1.0, -1.0], [0, 1], cfg, tok.pad_token_id)
+    assert stats["tokens"] == sum(t.generated_tokens for t in trajs)
+    assert all(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+    moved = [n for n, p in model.named_parameters() if "lora_" in n and not torch.equal(p, lora[n])]
+    assert moved, "no LoRA weight changed"
+    assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if "lora_" not in n)
+    assert torch.isfinite(torch.tensor(stats["loss"]))
+    # the rewarded answer gained probability relative to the punished one
+    from research_agent.train.loss import pad_batch, token_logprobs
+
+    def answer_logprob(t):
+        ids, attn, mask = pad_batch([t.prompt_ids + t.token_ids], [[0] * len(t.prompt_ids) + t.token_mask],
+                                    tok.pad_token_id)
+        last = len(t.prompt_ids) + len(t.token_ids) - len(t.steps[-1].completion_ids)
+        mask[0, :last] = 0  # only the answer turn, where the two trajectories differ
+        return float((token_logprobs(model, ids, attn)[0] * mask).sum())
+
+    model.eval()
+    with torch.no_grad():
+        after = answer_logprob(trajs[0]) - answer_logprob(trajs[1])
+        with model.disable_adapter():
+            before = answer_logprob(trajs[0]) - answer_logprob(trajs[1])
+    assert after > before
+
+
+def _write_tasks(path):
+    items = [{"id": f"t{i}", "question": q, "answers": [a], "split": "train"} for i, (q, a) in enumerate([
+        ("What is the capital of France?", "Paris"), ("What is the capital of Spain?", "Madrid"),
+        ("What is the capital of Italy?", "Rome")])]
+    path.write_text("".join(json.dumps(i) + "\n" for i in items) + "{broken json\n")
+    return path
+
+
+def _cfg(tmp_path, tasks, **kw):
+    base = dict(tasks=str(tasks), out=str(tmp_path / "run"), steps=2, prompts_per_step=1, group_size=2,
+                max_turns=2, max_new_tokens=12, temperature=0.0, checkpoint_every=1, filter_low=0, filter_high=1,
+                filter_zero_variance=False, drop_void_turns=False, lr=1e-3, concurrency=2)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_resume_reproduces_the_next_step(tmp_path, small_browser):
+    tasks = _write_tasks(tmp_path / "tasks.jsonl")
+    full = _cfg(tmp_path, tasks, out=str(tmp_path / "full"))
+    train_rl(full, browser=small_browser, progress=False)
+    part = _cfg(tmp_path, tasks, out=str(tmp_path / "part"), steps=1)
+    train_rl(part, browser=small_browser, progress=False)
+    part.steps = 2
+    train_rl(part, resume=True, browser=small_browser, progress=False)
+    a = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in b] == [1, 2]
+    for key in ("reward", "turns", "gen_tokens", "answer_rate"):
+        assert a[1][key] == pytest.approx(b[1][key]), key
+    assert a[1]["loss"] == pytest.approx(b[1]["loss"], rel=1e-3, abs=1e-5)
+    assert (tmp_path / "part" / "adapter" / "adapter_config.json").exists()
+    assert (tmp_path / "part" / "training.png").stat().st_size > 1000
+    # a resume with a changed config names the fields that differ
+    changed = _cfg(tmp_path, tasks, out=str(tmp_path / "part"), lr=0.5, steps=3)
+    with pytest.raises(ResumeError, match="lr"):
+        train_rl(changed, resume=True, browser=small_browser, progress=False)
+
+
+def test_a_raising_reward_gets_the_fallback(capsys):
+    def broken(traj):
+        raise KeyError("gold")
+
+    safe = SafeReward(broken, fallback=-1.0)
+    from research_agent.trajectory import Trajectory
+
+    assert safe(Trajectory(question="q"), 0).score == -1.0
+    assert safe(Trajectory(question="q"), 1).score == -1.0
+    assert capsys.readouterr().err.count("KeyError") == 1  # logged once per error type
+
+
+def test_sft_moves_the_adapter_and_lowers_the_loss(tmp_path, smol):
+    _, tok = smol
+    rec = {"question": "What is the capital of France?", "template": "fast", "turns": [
+        {"completion": "<search>capital of France</search>",
+         "observation": "\n<result>\n[factbook/fr#0] France: Capital: Paris\n</result>\n"},
+        {"completion": "<answer>Paris [factbook/fr#0]</answer>", "observation": ""}]}
+    ids, mask = render_example(tok, rec)
+    obs_ids = tok.encode(rec["turns"][0]["observation"], add_special_tokens=False)
+    assert sum(mask) == len(ids) - mask.index(1) - len(obs_ids)  # observation tokens carry no loss
+    data = tmp_path / "sft.jsonl"
+    data.write_text("\n".join(json.dumps(rec) for _ in range(4)) + "\n")
+    cfg = TrainConfig(stage="sft", tasks=str(data), out=str(tmp_path / "sft"), epochs=3, lr=2e-3, micro_batch=2,
+                      checkpoint_every=100)
+    summary = train_sft(cfg, progress=False)
+    losses = [json.loads(x)["loss"] for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["examples"] == 4 and len(losses) == 6
+    assert losses[-1] < losses[0] * 0.8
+
+
+def test_cli_flags_and_toml_map_onto_the_config(tmp_path):
+    toml = tmp_path / "cfg.toml"
+    toml.write_text('algorithm = "grpo"\ngroup_size = 8\nlora_targets = ["q_proj", "k_proj"]\n')
+    cfg, _ = load_config(["--config", str(toml), "--group-size", "6", "--drop-void-turns", "false"])
+    assert cfg.algorithm == "grpo" and cfg.group_size == 6 and cfg.lora_targets == ["q_proj", "k_proj"]
+    assert cfg.drop_void_turns is False
+    with pytest.raises(SystemExit):
+        load_config(["--algorithm", "magic"])
