@@ -14,7 +14,15 @@ ACTION_HELP = """Actions (write exactly one action per turn):
 <search>query</search> search the documents; results are shown with ids like [doc/id#2]
 <open>id</open> read a document or a result by its id
 <find>text</find> show the lines of the opened document that contain the text
-<answer>short answer [id]</answer> give the final answer and cite the ids of the results that support it"""
+<answer>short answer [id]</answer> give the final answer and cite the id of the result that supports it
+
+Example:
+Question: What is the capital of Peru?
+<search>Peru capital</search>
+<result>
+[factbook/pe#0] Peru: Country: Peru Region: South America Capital: Lima Population: 32,600,249
+</result>
+<answer>Lima [factbook/pe#0]</answer>"""
 
 FAST_SYSTEM = f"""You are a research assistant that answers questions using a document collection.
 {ACTION_HELP}
