@@ -1,0 +1,67 @@
+"""Our OpenAI-compatible server on loopback, and the endpoint policy talking to it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from research_agent.agent import AgentConfig, ResearchAgent
+from research_agent.policy import EndpointPolicy, LocalPolicy, PolicyError
+from research_agent.serve import make_server
+
+
+@pytest.fixture(scope="module")
+def server(smol):
+    model, tok = smol
+    srv = make_server(LocalPolicy(model, tok, "smollm2-135m"), "smollm2-135m")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def _post(url, payload):
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def test_completions_match_local_greedy_generation(server, smol):
+    model, tok = smol
+    ids = tok.apply_chat_template([{"role": "user", "content": "Name a colour."}], add_generation_prompt=True,
+                                  tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "input_ids") else ids)
+    local = LocalPolicy(model, tok).generate([ids], max_new_tokens=8)[0]
+    remote = EndpointPolicy(server, "smollm2-135m", tok).generate([ids], max_new_tokens=8)[0]
+    assert remote.text == local.text
+    assert len(remote.logprobs) == len(remote.token_ids) and all(lp <= 0 for lp in remote.logprobs)
+    models = json.loads(urllib.request.urlopen(server + "/v1/models", timeout=10).read())
+    assert models["data"][0]["id"] == "smollm2-135m"
+    chat = _post(server + "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_the_agent_runs_through_the_endpoint(server, smol, small_browser):
+    _, tok = smol
+    policy = EndpointPolicy(server, "smollm2-135m", tok)
+    traj = ResearchAgent(policy, small_browser.fork(), AgentConfig(max_turns=2, max_new_tokens=16)).run(
+        "What is the capital of France?")
+    assert 1 <= traj.turns <= 2
+    traj.check_consistency()
+
+
+def test_malformed_requests_get_a_4xx_with_a_message(server):
+    for payload in ({}, {"prompt": 5}, {"prompt": "x", "max_tokens": -1}, {"prompt": "x", "stop": 3}):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _post(server + "/v1/completions", payload)
+        assert e.value.code == 400 and json.loads(e.value.read())["error"]["message"]
+
+
+def test_unreachable_endpoint_is_a_clear_error(smol):
+    _, tok = smol
+    policy = EndpointPolicy("http://127.0.0.1:9", "m", tok, timeout_s=1, retries=1)
+    with pytest.raises(PolicyError, match="unreachable"):
+        policy.generate([[1, 2, 3]], max_new_tokens=2)
