@@ -1,6 +1,23 @@
-"""The code agent's environment (features F1, F2, F4): sandbox, task loaders, API docs, tools.
+"""The code agent (features F1-F4): sandbox, task loaders, API docs, tools, and the agent loop.
 
 ``sandbox`` runs untrusted code; ``tasks`` loads benchmarks and checks solutions; ``apidocs`` turns
 installed libraries into corpus documents for ``search_docs``; ``env`` parses model turns into the
-three tools and runs them.
+three tools and runs them; ``agent`` is the LangGraph loop (``run_code_batch`` for rollouts and eval).
+
+``CodeAgentConfig`` and ``run_code_batch`` are importable from here; they load lazily so that using
+only the sandbox or the task loaders does not import LangGraph.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {"CodeAgent", "CodeAgentConfig", "run_code_batch"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from research_agent.code import agent
+
+        return getattr(agent, name)
+    raise AttributeError(f"module 'research_agent.code' has no attribute {name!r}")

@@ -1,0 +1,442 @@
+"""G2 for code tasks: pass@1 of the code agent in seed 004's three tool settings, and the bar plot.
+
+  python -m eval code --tasks dataframebench:test --mode all --model qwen2.5-coder-0.5b --limit 100 --out runs/code-base
+  python -m eval code --tasks dataframebench:test --mode multi-tool --adapter runs/rl/final --out runs/code-rl
+  python -m eval code ... --mode all --rl-run runs/code-rl --out runs/code-base   # adds the "after RL" bar
+
+Each mode runs greedily (temperature 0, so pass@1 is one deterministic sample) into OUT/<mode>/
+(run.json, trajectories.jsonl appended as tasks finish, results.json), so an interrupted run resumes
+task by task. OUT/results.json holds every mode's metrics, OUT/table.md the comparison table and
+OUT/pass_at_1.png the seed's bar plot. All JSON and Markdown files are written atomically.
+
+The multi-tool docs come from an API-docs corpus built once from the installed libraries
+(``research_agent.code.apidocs``) under ``<cache>/corpora/api-docs``, or from ``--docs DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from eval.rundir import (
+    RESULTS,
+    RUN,
+    RUN_SCHEMA,
+    TRAJECTORIES,
+    RunDirError,
+    TrajectoryWriter,
+    check_schema,
+    read_json,
+    scan_trajectories,
+    write_json,
+)
+from research_agent.code.agent import CodeAgentConfig, run_code_batch
+from research_agent.code.env import MODES
+from research_agent.trajectory import Trajectory
+
+LABELS = {"no-tools": "No tools", "code-only": "Code only", "multi-tool": "Multi-tool"}
+COUNTED = ("search", "execute", "submit", "invalid")
+TABLE = "table.md"
+PLOT = "pass_at_1.png"
+# per-mode run.json keys that must match for a resume to continue the same experiment
+IDENTITY_KEYS = ("tasks", "mode", "model", "adapter", "endpoint", "agent_config", "docs")
+
+
+# ---- the docs corpus --------------------------------------------------------------------------
+def api_docs_dir() -> Path:
+    from corpus.packages import cache_dir
+
+    return cache_dir() / "corpora" / "api-docs"
+
+
+def api_docs_browser(
+    path: str | Path | None = None,
+    modules: list[str] | None = None,
+    *,
+    retriever: str = "hybrid",
+    progress: bool = True,
+) -> Any:
+    """A browser over the API-docs corpus at ``path`` (default: the cached one), built there on first use.
+
+    Building embeds every documented function of the default modules (minutes on a CPU), so it is
+    done once, under a lock, and reused by every later eval and rollout.
+    """
+    from corpus import build_corpus, open_corpus
+    from corpus.store import MANIFEST, build_lock
+    from research_agent.code.apidocs import DEFAULT_MODULES, api_documents
+
+    target = Path(path).expanduser() if path else api_docs_dir()
+    if not (target / MANIFEST).exists():
+        with build_lock(target):
+            if not (target / MANIFEST).exists():
+                if progress:
+                    print(f"building the API-docs corpus at {target} (once) ...", file=sys.stderr, flush=True)
+                docs = api_documents(modules or DEFAULT_MODULES, progress=progress)
+                build_corpus(out=target, documents=docs, progress=progress)
+    return open_corpus(target, retriever=retriever)
+
+
+# ---- metrics ----------------------------------------------------------------------------------
+def code_metrics(trajs: list[Trajectory]) -> dict[str, Any]:
+    """pass@1, submission rate, mean tool calls by type, execution errors, turns, tokens, rewards."""
+    from rewards.code import code_shaped_reward, code_torl_reward
+
+    n = len(trajs)
+    if n == 0:
+        return {"n": 0}
+
+    def mean(values) -> float:
+        values = list(values)
+        return sum(values) / len(values) if values else 0.0
+
+    stops: dict[str, int] = {}
+    for t in trajs:
+        stops[t.stop_reason or "unknown"] = stops.get(t.stop_reason or "unknown", 0) + 1
+    return {
+        "n": n,
+        "pass_at_1": mean(bool(t.gold.get("passed")) for t in trajs),
+        "submitted": mean(t.count("submit") > 0 for t in trajs),
+        "tool_calls": {a: mean(t.count(a) for t in trajs) for a in COUNTED},
+        "refused_calls": mean(sum(1 for s in t.steps if s.info.get("refused")) for t in trajs),
+        "execution_error_rate": mean(
+            any(s.action == "execute" and s.info.get("ok") is False for s in t.steps) for t in trajs
+        ),
+        "turns": mean(t.turns for t in trajs),
+        "generated_tokens": mean(t.generated_tokens for t in trajs),
+        "seconds": mean(t.meta.get("seconds", 0.0) for t in trajs),
+        "stop_reasons": stops,
+        "reward_shaped": mean(code_shaped_reward(t).score for t in trajs),
+        "reward_torl": mean(code_torl_reward(t).score for t in trajs),
+    }
+
+
+def comparison_table(rows: dict[str, dict[str, Any]]) -> str:
+    """Markdown table, one row per (label, metrics)."""
+    head = (
+        "| setting | n | pass@1 | submitted | search | execute | submit | invalid | exec errors "
+        "| turns | shaped reward |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for label, m in rows.items():
+        if not m.get("n"):
+            lines.append(f"| {label} | 0 |" + " – |" * 9)
+            continue
+        c = m["tool_calls"]
+        lines.append(
+            f"| {label} | {m['n']} | {m['pass_at_1']:.1%} | {m['submitted']:.1%} | {c['search']:.2f} "
+            f"| {c['execute']:.2f} | {c['submit']:.2f} | {c['invalid']:.2f} | {m['execution_error_rate']:.1%} "
+            f"| {m['turns']:.2f} | {m['reward_shaped']:+.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_pass_rates(bars: list[tuple[str, float]], path: str | Path, title: str = "") -> Path:
+    """Seed 004's bar plot (no tools / code only / multi-tool / multi-tool after RL), written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = ["#bdbdbd", "#90a4ae", "#42a5f5", "#66bb6a", "#ffb74d", "#ba68c8"]
+    fig, ax = plt.subplots(figsize=(2.2 * max(2, len(bars)) + 1, 4.5))
+    values = [v for _, v in bars]
+    drawn = ax.bar(
+        [label for label, _ in bars], values, color=colors[: len(bars)], edgecolor="#333", linewidth=1.2
+    )
+    for bar, v in zip(drawn, values, strict=True):
+        ax.text(
+            bar.get_x() + bar.get_width() / 2,
+            v + 0.01,
+            f"{v:.1%}",
+            ha="center",
+            va="bottom",
+            fontweight="bold",
+        )
+    ax.set_ylabel("pass@1")
+    ax.set_ylim(0, max(max(values, default=0) * 1.5, 0.2))
+    ax.set_title(title or "Code agent: pass@1 by tool setting", fontweight="bold")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def rl_result(run_dir: str | Path) -> dict[str, Any]:
+    """The multi-tool metrics of an ``eval code`` run made with an adapter: the plot's "after RL" bar."""
+    path = Path(run_dir) / RESULTS
+    data = read_json(path, "not a `python -m eval code` output directory")
+    check_schema(data, path)
+    if not data.get("adapter"):
+        raise RunDirError(f"{run_dir} was evaluated without --adapter, so it is not an after-RL result")
+    metrics = (data.get("modes") or {}).get("multi-tool")
+    if not metrics or not metrics.get("n"):
+        raise RunDirError(f"{run_dir} has no multi-tool results; run it with --mode multi-tool or all")
+    return metrics
+
+
+# ---- running ----------------------------------------------------------------------------------
+def _start_mode(mode_dir: Path, run: dict[str, Any]) -> None:
+    path = mode_dir / RUN
+    if path.exists():
+        old = read_json(path, "")
+        check_schema(old, path)
+        diff = [k for k in IDENTITY_KEYS if old.get(k) != run.get(k)]
+        if diff:
+            details = "; ".join(f"{k}: {old.get(k)!r} → {run.get(k)!r}" for k in diff)
+            raise RunDirError(f"{mode_dir} holds a different run ({details}); use a new --out directory")
+    elif (mode_dir / TRAJECTORIES).exists():
+        raise RunDirError(f"{mode_dir} has trajectories but no {RUN}; use a new --out directory")
+    write_json(path, run)
+
+
+def evaluate_mode(
+    tasks: list,
+    policy: Any,
+    docs_browser: Any,
+    config: CodeAgentConfig,
+    mode_dir: Path,
+    *,
+    run_info: dict[str, Any],
+    progress: bool = True,
+    concurrency: int = 8,
+) -> dict[str, Any]:
+    """One mode into ``mode_dir`` (resumable by task id); returns and saves its results."""
+    mode_dir.mkdir(parents=True, exist_ok=True)
+    run = {"schema": RUN_SCHEMA, "mode": config.mode, "agent_config": config.to_dict(), **run_info}
+    _start_mode(mode_dir, run)
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise ValueError("task ids must be unique (resume matches tasks by id)")
+    done = {t.id: t for t in scan_trajectories(mode_dir / TRAJECTORIES) if t.id in set(ids)}
+    todo = [{"id": t.id, "task": t} for t in tasks if t.id not in done]
+    t0 = time.time()
+    if todo:
+        with TrajectoryWriter(mode_dir / TRAJECTORIES) as writer:
+
+            def on_result(traj: Trajectory) -> None:
+                writer.write(traj)
+                done[traj.id] = traj
+
+            browser = docs_browser if config.mode == "multi-tool" else None
+            run_code_batch(
+                todo, policy, browser, config, progress=progress, on_result=on_result, concurrency=concurrency
+            )
+    trajs = [done[i] for i in ids if i in done]
+    results = {
+        **run,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "n_items": len(tasks),
+        "n_resumed": len(tasks) - len(todo),
+        "eval_seconds": time.time() - t0,
+        "metrics": code_metrics(trajs),
+    }
+    write_json(mode_dir / RESULTS, results)
+    return results
+
+
+def evaluate_code(
+    tasks: list,
+    policy: Any,
+    docs_browser: Any,
+    modes: list[str],
+    out_dir: str | Path,
+    *,
+    config: CodeAgentConfig | None = None,
+    run_info: dict[str, Any] | None = None,
+    rl_run: str | Path | None = None,
+    progress: bool = True,
+    concurrency: int = 8,
+) -> dict[str, Any]:
+    """Every mode of ``modes`` into ``out_dir``, then results.json, table.md and pass_at_1.png there.
+
+    pass@1 is greedy: the config's temperature must be 0.  ``rl_run`` (an ``eval code`` output made
+    with an adapter) adds its multi-tool pass@1 as the plot's "after RL" bar.
+    """
+    from eval.runner import versions
+
+    config = config or CodeAgentConfig()
+    if config.temperature != 0.0:
+        raise ValueError("pass@1 here is greedy: leave temperature at 0")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"unknown mode(s) {unknown}; use {', '.join(MODES)} or all")
+    rl = rl_result(rl_run) if rl_run else None  # fail before hours of eval, not after
+    out = Path(out_dir)
+    info = dict(run_info or {})
+    per_mode = {}
+    for mode in modes:
+        cfg = dataclasses.replace(config, mode=mode)
+        per_mode[mode] = evaluate_mode(
+            tasks,
+            policy,
+            docs_browser,
+            cfg,
+            out / mode,
+            run_info=info,
+            progress=progress,
+            concurrency=concurrency,
+        )["metrics"]
+    suffix = "(adapter)" if info.get("adapter") else "(base)"
+    rows = {f"{LABELS[m]} {suffix}": per_mode[m] for m in modes}
+    bars = [(f"{LABELS[m]}\n{suffix}", per_mode[m].get("pass_at_1", 0.0)) for m in modes]
+    if rl is not None:
+        rows["Multi-tool (after RL)"] = rl
+        bars.append(("Multi-tool\n(after RL)", float(rl["pass_at_1"])))
+    table = comparison_table(rows)
+    from corpus.packages import atomic_write_text
+
+    atomic_write_text(out / TABLE, f"# Code agent on {info.get('tasks', '?')}\n\n{table}")
+    plot_pass_rates(bars, out / PLOT, title=f"pass@1 on {info.get('tasks', 'code tasks')}")
+    summary = {
+        "schema": RUN_SCHEMA,
+        **info,
+        "agent_config": config.to_dict(),
+        "modes": per_mode,
+        "rl_run": str(rl_run) if rl_run else None,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": versions(),
+        "table": table,
+    }
+    write_json(out / RESULTS, summary)
+    return summary
+
+
+# ---- CLI --------------------------------------------------------------------------------------
+def config_from_pairs(pairs: list[str]) -> CodeAgentConfig:
+    """CodeAgentConfig with ``name=value`` overrides, each parsed as its field's type (mode is --mode)."""
+    fields = {f.name: f for f in dataclasses.fields(CodeAgentConfig) if f.name != "mode"}
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or name not in fields:
+            raise SystemExit(f"--set expects name=value with name one of: {', '.join(fields)} (got {pair!r})")
+        kind = type(fields[name].default)
+        try:
+            values[name] = kind(raw)
+        except ValueError as e:
+            raise SystemExit(f"--set {name}: {raw!r} is not a valid {kind.__name__}") from e
+    return CodeAgentConfig(**values)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m eval code", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--tasks",
+        default="dataframebench:test",
+        help="dataframebench:train|val|test, humaneval, kodcode:PATH.jsonl, bigcodebench:PATH.jsonl",
+    )
+    p.add_argument(
+        "--mode", default="all", choices=[*MODES, "all"], help="tool setting (all: the three baselines)"
+    )
+    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="model name, HF id or local path")
+    p.add_argument("--adapter", default=None, help="LoRA adapter directory (e.g. after RL)")
+    p.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
+    p.add_argument("--limit", type=int, default=None, help="the first N tasks")
+    p.add_argument("--out", required=True, help="output directory (an interrupted run there is resumed)")
+    p.add_argument("--rl-run", default=None, help="an `eval code --adapter` output: adds the after-RL bar")
+    p.add_argument("--docs", default=None, help="API-docs corpus directory (default: the cached one)")
+    p.add_argument(
+        "--docs-modules",
+        default=None,
+        help="comma-separated modules to document when the docs corpus is built (default: all)",
+    )
+    p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid (docs search)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a CodeAgentConfig field (max_turns, max_new_tokens, ...)",
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=8, help="trajectories in flight at once (batched policy)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from corpus.store import CorpusError
+    from research_agent.code.tasks import TaskSourceError, load_tasks
+
+    args = build_parser().parse_args(argv)
+    modes = list(MODES) if args.mode == "all" else [args.mode]
+    try:
+        config = config_from_pairs(args.set)
+        if args.limit is not None and args.limit < 1:
+            raise ValueError("--limit must be at least 1")
+        tasks = load_tasks(args.tasks, limit=args.limit)
+        if not tasks:
+            raise ValueError(f"{args.tasks} has no tasks")
+        if args.rl_run:
+            rl_result(args.rl_run)
+        docs = None
+        if "multi-tool" in modes:
+            modules = (
+                [m.strip() for m in args.docs_modules.split(",") if m.strip()] if args.docs_modules else None
+            )
+            docs = api_docs_browser(args.docs, modules, retriever=args.retriever, progress=not args.quiet)
+        from research_agent.policy import load_policy
+
+        policy = load_policy(
+            args.model, adapter=args.adapter, endpoint=args.endpoint, progress=not args.quiet
+        )
+        info = {
+            "tasks": args.tasks,
+            "limit": args.limit,
+            "model": args.model,
+            "adapter": args.adapter,
+            "endpoint": args.endpoint,
+            "docs": str(getattr(docs, "path", "")) if docs else None,
+        }
+        summary = evaluate_code(
+            tasks,
+            policy,
+            docs,
+            modes,
+            args.out,
+            config=config,
+            run_info=info,
+            rl_run=args.rl_run,
+            progress=not args.quiet,
+            concurrency=args.concurrency,
+        )
+    except (RunDirError, TaskSourceError, CorpusError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(summary["table"])
+    print(json.dumps({m: v.get("pass_at_1") for m, v in summary["modes"].items()}))
+    print(
+        f"results: {Path(args.out) / RESULTS}, {Path(args.out) / TABLE}, {Path(args.out) / PLOT}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+__all__ = [
+    "api_docs_browser",
+    "code_metrics",
+    "comparison_table",
+    "evaluate_code",
+    "evaluate_mode",
+    "main",
+    "plot_pass_rates",
+    "rl_result",
+]

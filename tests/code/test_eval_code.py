@@ -1,0 +1,179 @@
+"""``python -m eval code``: per-mode runs with resume, pass@1 and tool-call metrics, the comparison
+table, the seed's bar plot (with the after-RL bar), and a tiny real-model run through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.code import api_docs_browser, code_metrics, evaluate_code, main, rl_result
+from eval.rundir import RunDirError
+from research_agent.code.tasks import load_tasks
+from research_agent.policy import Generation
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class ModeAwarePolicy:
+    """Test double: plays each mode's natural script (search/execute first, then submit).
+
+    ``solutions`` maps a phrase of a task's prompt to the code submitted for it.
+    """
+
+    def __init__(self, tokenizer, solutions: dict[str, str]):
+        self.tokenizer = tokenizer
+        self.name = "scripted"
+        self.solutions = solutions
+        self.calls = 0
+
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
+        out = []
+        for p in prompts:
+            self.calls += 1
+            text = self.tokenizer.decode(p)
+            code = next(sol for phrase, sol in self.solutions.items() if phrase in text)
+            first = "<result>" not in text
+            if "<search>your query</search>" in text and first:
+                reply = "<search>json loads</search>"
+            elif "```submit" in text and first:
+                reply = "```python\nprint('trying')\n```\n"
+            elif "```submit" in text:
+                reply = f"```submit\n{code}\n```\n"
+            else:  # no-tools
+                reply = f"```python\n{code}\n```\n"
+            ids = self.tokenizer.encode(reply, add_special_tokens=False)
+            out.append(Generation(reply, ids, [-0.1] * len(ids), "stop"))
+        return out
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return load_tasks("dataframebench:test", limit=2)
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("docs") / "api-docs"
+    browser = api_docs_browser(path, ["json"], retriever="bm25", progress=False)
+    assert (path / "manifest.json").exists()
+    return browser
+
+
+def _policy(tok, tasks):
+    heatmap, scores = tasks  # DFB/B0001 (heatmap) gets a wrong solution, DFB/B0002 its reference
+    assert "heatmap" in heatmap.prompt and "Score: 85" in scores.prompt
+    return ModeAwarePolicy(
+        tok,
+        {
+            "heatmap": "def task_func(rows=1000, string_length=3):\n    return None",
+            "Score: 85": scores.meta["reference"],
+        },
+    )
+
+
+def test_all_modes_write_results_table_and_plot_and_resume(smol, tasks, docs, tmp_path):
+    _, tok = smol
+    policy = _policy(tok, tasks)
+    info = {"tasks": "dataframebench:test", "model": "scripted", "adapter": None}
+    out = tmp_path / "base"
+    summary = evaluate_code(
+        tasks,
+        policy,
+        docs,
+        ["no-tools", "code-only", "multi-tool"],
+        out,
+        run_info=info,
+        progress=False,
+        concurrency=2,
+    )
+    for mode, m in summary["modes"].items():
+        assert m["n"] == 2 and m["pass_at_1"] == 0.5, mode
+        assert m["submitted"] == 1.0 and m["tool_calls"]["submit"] == 1.0
+    assert summary["modes"]["no-tools"]["turns"] == 1.0
+    assert summary["modes"]["code-only"]["tool_calls"]["execute"] == 1.0
+    assert summary["modes"]["multi-tool"]["tool_calls"]["search"] == 1.0
+    assert summary["modes"]["multi-tool"]["reward_shaped"] == pytest.approx((1.0 + 0.05) / 2)
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["modes"] == summary["modes"] and on_disk["versions"]["python"]
+    for mode in ("no-tools", "code-only", "multi-tool"):
+        lines = (out / mode / "trajectories.jsonl").read_text().splitlines()
+        assert len(lines) == 2 and json.loads((out / mode / "results.json").read_text())["metrics"]["n"] == 2
+    table = (out / "table.md").read_text()
+    assert "| No tools (base) | 2 | 50.0% |" in table and "Multi-tool (base)" in table
+    assert (out / "pass_at_1.png").read_bytes().startswith(PNG_MAGIC)
+    assert not list(out.glob(".*"))  # no temp files left behind by the atomic writes
+
+    calls = policy.calls
+    again = evaluate_code(tasks, policy, docs, ["no-tools"], out, run_info=info, progress=False)
+    assert policy.calls == calls and again["modes"]["no-tools"]["pass_at_1"] == 0.5  # resumed, nothing rerun
+    with pytest.raises(RunDirError, match="different run"):
+        evaluate_code(
+            tasks, policy, docs, ["no-tools"], out, run_info={**info, "model": "other"}, progress=False
+        )
+
+
+def test_after_rl_bar_comes_from_an_adapter_run(smol, tasks, docs, tmp_path):
+    _, tok = smol
+    policy = _policy(tok, tasks)
+    base_info = {"tasks": "dataframebench:test", "model": "scripted", "adapter": None}
+    evaluate_code(tasks, policy, docs, ["multi-tool"], tmp_path / "base", run_info=base_info, progress=False)
+    with pytest.raises(RunDirError, match="without --adapter"):
+        rl_result(tmp_path / "base")
+    rl_info = {**base_info, "adapter": "runs/rl/final"}
+    evaluate_code(tasks, policy, docs, ["multi-tool"], tmp_path / "rl", run_info=rl_info, progress=False)
+    assert rl_result(tmp_path / "rl")["pass_at_1"] == 0.5
+    summary = evaluate_code(
+        tasks,
+        policy,
+        docs,
+        ["no-tools"],
+        tmp_path / "cmp",
+        run_info=base_info,
+        rl_run=tmp_path / "rl",
+        progress=False,
+    )
+    assert "| Multi-tool (after RL) | 2 | 50.0% |" in summary["table"]
+    assert (tmp_path / "cmp" / "pass_at_1.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_metrics_of_nothing_and_bad_modes(tasks, docs, tmp_path):
+    assert code_metrics([]) == {"n": 0}
+    with pytest.raises(ValueError, match="unknown mode"):
+        evaluate_code(tasks, None, docs, ["tools"], tmp_path, progress=False)
+
+
+def test_cli_runs_a_tiny_real_model_and_reports_clear_errors(smol, tmp_path, capsys):
+    out = tmp_path / "cli"
+    argv = [
+        "--tasks",
+        "dataframebench:test",
+        "--limit",
+        "2",
+        "--mode",
+        "no-tools",
+        "--model",
+        "smollm2-135m",
+        "--set",
+        "max_new_tokens=16",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    m = results["modes"]["no-tools"]
+    assert m["n"] == 2 and 0.0 <= m["pass_at_1"] <= 1.0 and m["turns"] == 1.0
+    assert results["agent_config"]["max_new_tokens"] == 16 and results["model"] == "smollm2-135m"
+    assert (out / "table.md").exists() and (out / "pass_at_1.png").read_bytes().startswith(PNG_MAGIC)
+    for line in (out / "no-tools" / "trajectories.jsonl").read_text().splitlines():
+        steps = json.loads(line)["steps"]
+        assert len(steps) == 1 and len(steps[0]["completion_ids"]) <= 16
+    assert main(["--tasks", "mbpp", "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    assert "unknown task spec" in capsys.readouterr().err
+    assert (
+        main([*argv[:-3], "--out", str(tmp_path / "y"), "--rl-run", str(out), "--quiet"]) == 2
+    )  # a base run is no after-RL result
+    assert "without --adapter" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--set expects"):
+        main([*argv, "--set", "temperature"])
