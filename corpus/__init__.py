@@ -1,1 +1,80 @@
-"""corpus."""
+"""corpus: documents → chunks → FAISS + BM25 indexes, and the Browser (search / open / find) over them.
+
+```python
+from corpus import open_corpus
+browser = open_corpus()                  # the default corpus (Wikipedia vital articles + Factbook)
+hits = browser.search("capital of France", k=5)
+page = browser.open(hits[0].doc_id)      # numbered lines, 30 a page
+matches = browser.find("Capital")        # lines of the opened document
+```
+
+The default corpus lives in ``$RESEARCH_AGENT_CORPUS`` or ``<cache>/corpora/default`` and is built
+once, on first use, from the ``default`` preset.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from corpus.build import add_documents, build_corpus
+from corpus.documents import Chunk, Document
+from corpus.local import LocalBrowser
+from corpus.store import MANIFEST, CorpusError, build_lock, rebuild_command
+
+__all__ = [
+    "Chunk",
+    "CorpusError",
+    "Document",
+    "LocalBrowser",
+    "add_documents",
+    "build_corpus",
+    "default_corpus_dir",
+    "open_corpus",
+]
+
+ENV_VAR = "RESEARCH_AGENT_CORPUS"
+
+
+def default_corpus_dir() -> Path:
+    """``$RESEARCH_AGENT_CORPUS`` if set, else ``<per-user cache>/corpora/default``."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    from corpus.packages import cache_dir
+
+    return cache_dir() / "corpora" / "default"
+
+
+def _build_default(path: Path) -> None:
+    """Build the default corpus at ``path`` once, even when several processes ask at the same time."""
+    with build_lock(path):
+        if (path / MANIFEST).exists():  # another process built it while we waited
+            return
+        print(
+            f"building the default corpus at {path} (once; later runs load it in seconds) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        build_corpus(out=path, preset="default", progress=True)
+
+
+def open_corpus(
+    path: str | Path | None = None, *, retriever: str = "hybrid", build_if_missing: bool = True
+) -> LocalBrowser:
+    """A ``LocalBrowser`` over the corpus at ``path`` (None: the default corpus, built on first use).
+
+    An explicit ``path`` that is not a corpus raises ``CorpusError`` naming the command that builds it.
+    """
+    if path is None:
+        target = default_corpus_dir()
+        if not (target / MANIFEST).exists():
+            if not build_if_missing:
+                raise CorpusError(
+                    f"the default corpus at {target} is not built yet. Build it with: "
+                    f"{rebuild_command(target)}"
+                )
+            _build_default(target)
+        return LocalBrowser(target, retriever=retriever)
+    return LocalBrowser(Path(path).expanduser(), retriever=retriever)

@@ -60,7 +60,16 @@ def cmd_trajectories(args) -> int:
         from corpus import open_corpus
 
         browser = open_corpus(args.corpus)
-    policy = load_policy(args.model, endpoint=args.endpoint)
+    if args.policy == "reference":
+        from transformers import AutoTokenizer
+
+        from research_agent.models import resolve_model_dir
+
+        from .reference import ReferencePolicy
+
+        policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir(args.model)), items)
+    else:
+        policy = load_policy(args.model, endpoint=args.endpoint)
     cfg = AgentConfig(template=args.template, temperature=args.temperature, max_turns=args.max_turns,
                       max_tool_calls=args.max_tool_calls, max_new_tokens=args.max_new_tokens)
     stats = synthesize_trajectories(items, policy, browser, args.out, samples=args.samples, config=cfg,
@@ -96,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--out", required=True, help="directory of JSONL shards")
     t.add_argument("--model", default="qwen2.5-coder-0.5b")
     t.add_argument("--endpoint", default=None, help="OpenAI-compatible server for the teacher")
+    t.add_argument("--policy", choices=["model", "reference"], default="model",
+                   help="model: a teacher model; reference: gold-path demonstrations over real tool results "
+                        "(--model then only names the tokenizer)")
     t.add_argument("--corpus", default=None)
     t.add_argument("--retrieval-url", default=None)
     t.add_argument("--split", default="train")

@@ -1,0 +1,5 @@
+import sys
+
+from corpus.cli import main
+
+sys.exit(main())

