@@ -286,6 +286,10 @@ def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, e
     if adapter:
         from peft import PeftModel
 
+        from .train.rl import adapter_chain, merge_adapters
+
+        chain = adapter_chain(adapter)
+        net = merge_adapters(net, chain[:-1])  # an RL adapter sits on top of the merged SFT adapter
         net = PeftModel.from_pretrained(net, adapter)
         net.eval()
     return LocalPolicy(net, tok, name=model if not adapter else f"{model}+{adapter}")

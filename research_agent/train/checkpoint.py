@@ -40,6 +40,9 @@ def save_checkpoint(out: str | Path, step: int, model, optimizer, state: dict, k
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     model.save_pretrained(tmp)
+    chain = getattr(model, "merged_chain", [])
+    if chain:  # checkpoints load on their own too (eval checkpoints)
+        (tmp / "adapter_chain.json").write_text(json.dumps([str(Path(p).resolve()) for p in chain]))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
                tmp / "rng.pt")

@@ -36,19 +36,51 @@ class TrainingStopped(RuntimeError):
 
 
 def setup_lora(cfg: TrainConfig, progress: bool = True):
-    """Load the base model and wrap it with a (fresh or given) trainable LoRA adapter."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+    """Load the base model and wrap it with a fresh trainable LoRA adapter.
+
+    With ``init_adapter`` (e.g. the SFT result) that adapter is merged into the weights first, so
+    "adapter disabled" — the KL reference — is the SFT policy, not the raw base model.
+    """
+    from peft import LoraConfig, get_peft_model
 
     from research_agent.models import load_model
 
     base, tok = load_model(cfg.model, progress=progress)
+    chain: list[str] = []
     if cfg.init_adapter:
-        model = PeftModel.from_pretrained(base, cfg.init_adapter, is_trainable=True)
-    else:
-        lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
-        model = get_peft_model(base, lcfg)
+        base, chain = merge_adapter_chain(base, cfg.init_adapter)
+    lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+    model = get_peft_model(base, lcfg)
+    model.merged_chain = chain
     return model, tok
+
+
+def adapter_chain(path: str | Path) -> list[Path]:
+    """The adapters an adapter was trained on top of (oldest first), then the adapter itself."""
+    path = Path(path)
+    meta = path / CHAIN_FILE
+    earlier = [path / p for p in json.loads(meta.read_text())] if meta.exists() else []
+    return [*earlier, path]
+
+
+def merge_adapter_chain(base, path: str | Path):
+    """Merge every adapter of the chain ending in ``path`` into ``base``; return (model, chain)."""
+    chain = adapter_chain(path)
+    return merge_adapters(base, chain), [str(p.resolve()) for p in chain]
+
+
+def merge_adapters(base, paths: list[Path]):
+    from peft import PeftModel
+
+    for p in paths:
+        if not (p / "adapter_config.json").exists():
+            raise SystemExit(f"{p} is not a LoRA adapter directory (no adapter_config.json)")
+        base = PeftModel.from_pretrained(base, str(p)).merge_and_unload()
+    return base
+
+
+CHAIN_FILE = "adapter_chain.json"
 
 
 def agent_config(cfg: TrainConfig) -> AgentConfig:
@@ -251,9 +283,17 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
 
 
 def save_adapter(model, final: Path) -> None:
+    """Save the trained adapter with copies of the adapters it sits on, so it loads on its own."""
     tmp = final.with_name(f".{final.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
+    chain = getattr(model, "merged_chain", [])
+    for i, p in enumerate(chain):
+        for f in ("adapter_config.json", "adapter_model.safetensors"):
+            (tmp / "chain" / str(i)).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(p) / f, tmp / "chain" / str(i) / f)
+    if chain:
+        (tmp / CHAIN_FILE).write_text(json.dumps([f"chain/{i}" for i in range(len(chain))]))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
 

@@ -146,3 +146,35 @@ def test_cli_flags_and_toml_map_onto_the_config(tmp_path):
     assert cfg.drop_void_turns is False
     with pytest.raises(SystemExit):
         load_config(["--algorithm", "magic"])
+
+
+def test_rl_on_top_of_sft_keeps_the_sft_policy_as_reference_and_reloads(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from research_agent.models import load_model
+    from research_agent.policy import load_policy
+    from research_agent.train.rl import save_adapter
+
+    # an "SFT" adapter with non-zero weights
+    base, tok = load_model("smollm2-135m", progress=False)
+    sft = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    sft.save_pretrained(tmp_path / "sft")
+    ids = torch.tensor([tok.encode("The capital of France is Paris.")])
+    with torch.no_grad():
+        sft_logits = sft(input_ids=ids).logits
+    model, _ = setup_lora(TrainConfig(init_adapter=str(tmp_path / "sft")), progress=False)
+    with torch.no_grad(), model.disable_adapter():
+        ref_logits = model(input_ids=ids).logits
+    assert torch.allclose(ref_logits, sft_logits, atol=1e-4)  # KL reference = the SFT policy
+    for n, p in model.named_parameters():  # pretend RL moved the new adapter
+        if "lora_B" in n:
+            p.data.fill_(0.01)
+    model.eval()  # no LoRA dropout
+    with torch.no_grad():
+        rl_logits = model(input_ids=ids).logits
+    save_adapter(model, tmp_path / "rl")
+    reloaded = load_policy("smollm2-135m", adapter=str(tmp_path / "rl"), progress=False)
+    with torch.no_grad():
+        again = reloaded.model(input_ids=ids).logits
+    assert torch.allclose(again, rl_logits, atol=1e-4)
+    assert not torch.allclose(rl_logits, sft_logits, atol=1e-3)
