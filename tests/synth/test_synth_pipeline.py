@@ -1,0 +1,129 @@
+"""QA synthesis on a real small corpus, kill -9 resume of trajectory synthesis, SFT export."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from research_agent.trajectory import Step, Trajectory
+from synth.confidence import group_confidences, trajectory_confidence, weighted_vote
+from synth.qa import QASynthesizer, SynthesisError
+from synth.trajectories import export_sft, filter_trajectories, scan_shards
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def synth(small_browser):
+    return QASynthesizer(list(small_browser.documents()), small_browser.chunks, seed=1)
+
+
+def test_questions_are_verifiable_and_split_by_document(synth, small_browser):
+    items, stats = synth.generate()
+    assert stats["single_hop"] > 30 and stats["multi_hop"] > 5
+    kinds = {i.kind for i in items}
+    assert {"capital", "borders-both", "capital-of-bordering", "population-of-capital-country"} <= kinds
+    for it in items:
+        text = " ".join(small_browser.chunk_text(c) for c in it.supporting)
+        assert any(a.lower() in text.lower() for a in it.answers), it
+        assert len(it.rubrics) == it.hops
+    fr = next(i for i in items if i.question == "What is the capital of France?")
+    assert fr.answers == ["Paris"] and fr.supporting[0].startswith("factbook/fr#")
+    two = next(i for i in items if i.kind == "capital-of-bordering")
+    assert two.rubrics[0]["entity"] != two.answers[0] and two.rubrics[1]["entity"] == two.answers[0]
+    # a document's questions all land in the same split (no test fact is trained on)
+    by_doc: dict[str, set[str]] = {}
+    for it in items:
+        if it.hops == 1:
+            by_doc.setdefault(it.supporting_docs[0], set()).add(it.split)
+    assert all(len(s) == 1 for s in by_doc.values())
+    assert len({i.question for i in items}) == len(items)
+
+
+def test_overlap_guard_drops_evaluation_questions(synth):
+    items, _ = synth.generate(exclude=[{"question": "What is the capital of France?", "answers": ["Paris"]}])
+    assert not any(i.question == "What is the capital of France?" for i in items)
+    assert not any("Paris" in i.answers for i in items)
+
+
+def test_corpus_without_links_makes_single_hop_only(small_browser):
+    from corpus.documents import Document
+
+    docs = [Document(id=d.id, title=d.title, text=d.text, meta=d.meta) for d in small_browser.documents()]
+    s = QASynthesizer(docs, small_browser.chunks)
+    with pytest.raises(SynthesisError, match="no links"):
+        s.multi_hop()
+    items, stats = s.generate()
+    assert items and stats["multi_hop"] == 0 and "no links" in stats["warnings"][0]
+
+
+def _traj(answer, logprobs, qid="q", gold="Paris", searched=True):
+    steps = ([Step("search", "x", completion_ids=[1] * 3, observation_ids=[2] * 2)] if searched else [])
+    steps.append(Step("answer", answer, completion_ids=[1] * (len(logprobs) - 3 * searched)))
+    return Trajectory(question="q?", id=qid, gold={"answers": [gold]}, steps=steps, answer=answer,
+                      token_ids=[1] * (len(logprobs) + 2 * searched),
+                      token_mask=[1] * 3 * searched + [0] * 2 * searched + [1] * (len(logprobs) - 3 * searched),
+                      logprobs=logprobs[: 3 * searched] + [0.0] * 2 * searched + logprobs[3 * searched:])
+
+
+def test_deepconf_statistics_and_vote():
+    assert group_confidences([-1, -1, -3, -3], window=2) == [-1, -2, -3]
+    sure = _traj("Paris", [-0.1] * 20)
+    unsure = _traj("Lyon", [-0.1] * 10 + [-5.0] * 10)
+    c = trajectory_confidence(unsure, window=4)
+    assert c["lowest_group"] == pytest.approx(-5.0) and c["mean"] < trajectory_confidence(sure)["mean"]
+    assert weighted_vote([sure, unsure, _traj("Lyon", [-4.0] * 20)]) == "Paris"
+    kept, stats = filter_trajectories([sure, unsure, _traj("Paris", [-0.1] * 5, searched=False)])
+    assert kept == [sure] and stats["incorrect"] == 1 and stats["bad_format"] == 1
+
+
+def test_sft_export_keeps_turns_and_masks_nothing_of_the_teacher(tmp_path):
+    t = Trajectory(question="Capital of France?", gold={"answers": ["Paris"]}, answer="Paris", meta={"template": "fast"},
+                   steps=[Step("search", "France", completion="<search>France</search>", observation="\n<result>\nP\n</result>\n"),
+                          Step("answer", "Paris", completion="<answer>Paris [factbook/fr#0]</answer>")])
+    n = export_sft([t], tmp_path / "sft.jsonl")
+    rec = json.loads((tmp_path / "sft.jsonl").read_text())
+    assert n == 1 and [x["completion"] for x in rec["turns"]] == ["<search>France</search>",
+                                                                  "<answer>Paris [factbook/fr#0]</answer>"]
+    assert [m["role"] for m in rec["messages"]] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path, small_corpus_dir, smol):
+    qa = tmp_path / "qa.jsonl"
+    countries = ["France", "Spain", "Italy", "Belgium", "Germany", "Austria", "Poland", "Denmark"]
+    qa.write_text("".join(json.dumps({"id": f"c{i}", "question": f"What is the capital of {c}?", "answers": ["x"],
+                                      "split": "train"}) + "\n" for i, c in enumerate(countries)))
+    out = tmp_path / "shards"
+    cmd = [sys.executable, "-m", "synth", "trajectories", "--qa", str(qa), "--out", str(out), "--model",
+           "smollm2-135m", "--corpus", str(small_corpus_dir), "--samples", "2", "--max-turns", "2",
+           "--max-new-tokens", "12", "--concurrency", "2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        shards = list(out.glob("shard-*.jsonl"))
+        if shards and sum(len(p.read_bytes().splitlines()) for p in shards) >= 3:
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with open(next(out.glob("shard-*.jsonl")), "ab") as f:
+        f.write(b'{"question": "torn')  # what a kill in the middle of a write leaves
+    done_before, dropped = scan_shards(out, repair=False)
+    assert 3 <= len(done_before) < 16 and dropped == 1
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lines = [json.loads(x) for p in sorted(out.glob("shard-*.jsonl")) for x in p.read_text().splitlines()]
+    keys = [r["meta"]["key"] for r in lines]
+    assert len(keys) == len(set(keys)) == 16  # 8 questions × 2 samples, each exactly once
+    assert {r["id"] for r in lines} == {f"c{i}" for i in range(8)}
+    for key, traj in done_before.items():  # work done before the kill was kept, not redone
+        assert next(r for r in lines if r["meta"]["key"] == key)["token_ids"] == traj.token_ids
