@@ -125,8 +125,9 @@ class LocalPolicy:
                     self.model.train()
         new = out.sequences[:, width:]
         # log-probs under the untempered policy: what the trainer and DeepConf measure
-        logps = torch.stack([torch.log_softmax(l.float(), dim=-1) for l in out.logits], dim=1)
-        chosen = logps.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        # (one step at a time: a stacked [batch, steps, vocab] tensor would be large)
+        chosen = torch.stack([torch.log_softmax(step_logits.float(), dim=-1).gather(-1, new[:, i: i + 1]).squeeze(-1)
+                              for i, step_logits in enumerate(out.logits)], dim=1)
         results = []
         for i in range(len(prompts)):
             ids = new[i].tolist()

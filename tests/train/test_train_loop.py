@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from research_agent.agent import AgentConfig, ResearchAgent
+from research_agent.agent import ResearchAgent
 from research_agent.policy import Generation
 from research_agent.train.checkpoint import ResumeError
 from research_agent.train.config import TrainConfig, load_config
