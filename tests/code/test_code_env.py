@@ -133,7 +133,6 @@ def test_search_without_browser_is_a_clear_observation(task):
 def test_search_over_real_api_docs(task):
     from corpus.browser import Hit
     from corpus.index import SparseIndex
-
     from research_agent.code.apidocs import api_documents
 
     docs = list(api_documents(["heapq", "collections", "json"], progress=False))
