@@ -97,13 +97,13 @@ def test_sft_export_keeps_turns_and_masks_nothing_of_the_teacher(tmp_path):
 
 def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path, small_corpus_dir, smol):
     qa = tmp_path / "qa.jsonl"
-    countries = ["France", "Spain", "Italy", "Belgium", "Germany", "Austria", "Poland", "Denmark"]
+    countries = ["France", "Spain", "Italy", "Belgium", "Germany"]
     qa.write_text("".join(json.dumps({"id": f"c{i}", "question": f"What is the capital of {c}?", "answers": ["x"],
                                       "split": "train"}) + "\n" for i, c in enumerate(countries)))
     out = tmp_path / "shards"
     cmd = [sys.executable, "-m", "synth", "trajectories", "--qa", str(qa), "--out", str(out), "--model",
            "smollm2-135m", "--corpus", str(small_corpus_dir), "--samples", "2", "--max-turns", "2",
-           "--max-new-tokens", "12", "--concurrency", "2"]
+           "--max-new-tokens", "8", "--concurrency", "2"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -119,11 +119,11 @@ def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path, small
     with open(next(out.glob("shard-*.jsonl")), "ab") as f:
         f.write(b'{"question": "torn')  # what a kill in the middle of a write leaves
     done_before, dropped = scan_shards(out, repair=False)
-    assert 3 <= len(done_before) < 16 and dropped == 1
+    assert 3 <= len(done_before) < 10 and dropped == 1
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     lines = [json.loads(x) for p in sorted(out.glob("shard-*.jsonl")) for x in p.read_text().splitlines()]
     keys = [r["meta"]["key"] for r in lines]
-    assert len(keys) == len(set(keys)) == 16  # 8 questions × 2 samples, each exactly once
-    assert {r["id"] for r in lines} == {f"c{i}" for i in range(8)}
+    assert len(keys) == len(set(keys)) == 10  # 5 questions × 2 samples, each exactly once
+    assert {r["id"] for r in lines} == {f"c{i}" for i in range(5)}
     for key, traj in done_before.items():  # work done before the kill was kept, not redone
         assert next(r for r in lines if r["meta"]["key"] == key)["token_ids"] == traj.token_ids
