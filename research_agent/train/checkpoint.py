@@ -79,5 +79,18 @@ def check_resume_config(out: str | Path, config) -> None:
         )
 
 
+def prepare_run(config, resume: bool) -> Path:
+    """Create the run directory, record (or, on resume, check) the config, and seed the RNGs."""
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if resume:
+        check_resume_config(out, config)
+    else:
+        write_config(out, config)
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    return out
+
+
 def write_config(out: str | Path, config) -> None:
     atomic_write_text(Path(out) / "config.json", json.dumps(config.to_dict(), indent=1))

@@ -25,7 +25,7 @@ from research_agent.policy import LocalPolicy
 from research_agent.trajectory import Trajectory
 
 from .algorithms import group_advantages, keep_groups
-from .checkpoint import check_resume_config, checkpoints, load_checkpoint, save_checkpoint, write_config
+from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
 from .loss import pad_batch, policy_gradient_loss, reference_logprobs, token_logprobs
 from .plots import plot_training
@@ -199,14 +199,7 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list[float],
 def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: bool = True) -> dict:
     from rewards.qa import token_f1
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if resume:
-        check_resume_config(out, cfg)
-    else:
-        write_config(out, cfg)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    out = prepare_run(cfg, resume)
     items = load_tasks(cfg)
     model, tok = setup_lora(cfg, progress=progress)
     params = [p for p in model.parameters() if p.requires_grad]

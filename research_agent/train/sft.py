@@ -12,7 +12,6 @@ import json
 import random
 import sys
 import time
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -20,7 +19,7 @@ from tqdm import tqdm
 from corpus.packages import atomic_write_text
 from research_agent import prompts
 
-from .checkpoint import check_resume_config, checkpoints, load_checkpoint, save_checkpoint, write_config
+from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
 from .loss import pad_batch, sft_loss
 from .plots import plot_training
@@ -72,14 +71,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> 
 
     if not cfg.tasks:
         raise SystemExit("--stage sft needs --tasks SFT.jsonl (from `python -m synth sft-export`)")
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if resume:
-        check_resume_config(out, cfg)
-    else:
-        write_config(out, cfg)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    out = prepare_run(cfg, resume)
     model, tok = setup_lora(cfg, progress=progress)
     records = load_sft_records(cfg.tasks)
     examples = [e for e in (render_example(tok, r, cfg.template, cfg.max_total_tokens) for r in records) if e]
