@@ -10,6 +10,8 @@ chunk text: a Factbook chunk saying "Capital: Paris" does not itself say "France
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import sys
 import time
@@ -110,20 +112,50 @@ def _texts(rows: Rows, by_id: dict[str, Document], fn, *args) -> list[str]:
     return [fn(by_id[d].title, by_id[d].text[s:e], *args) for d, _, s, e in rows]
 
 
-def _embed(embedder: Embedder, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
-    """Vectors of ``texts`` in order; encoded longest first in blocks, so batches pad little."""
+def _embed(
+    embedder: Embedder, texts: list[str], batch_size: int, progress: bool, cache: Path | None = None
+) -> np.ndarray:
+    """Vectors of ``texts`` in order; encoded longest first in blocks, so batches pad little.
+
+    With ``cache``, each finished block is saved there under a hash of the embedder and its texts,
+    and found again when an interrupted build is run again: work that was done is not redone.
+    """
     out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    block = max(batch_size * 8, 256)
+    order = sorted(range(len(texts)), key=lambda i: (-len(texts[i]), i))
+    block = max(batch_size * 8, 8)
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
     bar = _progress(None, total=len(texts), desc="embedding", unit="chunk", enabled=progress)
     try:
         for i in range(0, len(order), block):
             rows = order[i : i + block]
-            out[rows] = embedder.encode([texts[r] for r in rows], batch_size=batch_size)
+            batch = [texts[r] for r in rows]
+            saved = None
+            if cache is not None:
+                key = hashlib.sha256("\0".join([embedder.name, *batch]).encode()).hexdigest()[:32]
+                saved = cache / f"{key}.npy"
+                if saved.exists():
+                    try:
+                        out[rows] = np.load(saved)
+                        bar.update(len(rows))
+                        continue
+                    except (OSError, ValueError):
+                        pass  # unreadable: embed the block again
+            out[rows] = embedder.encode(batch, batch_size=batch_size)
+            if saved is not None:
+                tmp = cache / f".{saved.name}"
+                with open(tmp, "wb") as f:
+                    np.save(f, out[rows])
+                os.replace(tmp, saved)
             bar.update(len(rows))
     finally:
         bar.close()
     return out
+
+
+def _embedding_cache(out: Path) -> Path:
+    """Where a build keeps its finished embedding blocks until the corpus is written."""
+    return out.parent / f".{out.name}.embedding-cache"
 
 
 def _write(out: Path, docs: list[Document], rows: Rows, dense, sparse: SparseIndex, manifest: dict) -> None:
@@ -221,7 +253,7 @@ def build_corpus(
     by_id = {d.id: d for d in docs}
     t_embed = time.perf_counter()
     emb = Embedder(embedder)
-    vectors = _embed(emb, _texts(rows, by_id, index_text), batch_size, progress)
+    vectors = _embed(emb, _texts(rows, by_id, index_text), batch_size, progress, cache=_embedding_cache(out))
     embed_s = time.perf_counter() - t_embed
     dense = new_dense_index(index_type, emb.dim, vectors)
     dense.add(vectors)
@@ -262,6 +294,7 @@ def build_corpus(
         },
     }
     _write(out, docs, rows, dense, sparse, manifest)
+    shutil.rmtree(_embedding_cache(out), ignore_errors=True)
     if progress:
         print(
             f"built {out}: {len(docs)} documents, {len(rows)} chunks, {len(skips)} skipped, {elapsed:.1f} s",

@@ -242,3 +242,37 @@ def test_cli_build_as_a_subprocess(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 2 and "not a corpus index" in proc.stderr and REBUILD in proc.stderr
+
+
+def test_interrupted_build_resumes_without_re_embedding(tmp_path, monkeypatch):
+    import corpus.build as build
+
+    docs = [
+        Document(id=f"d{i}", title=f"Note {i}", text=f"Note number {i} is about topic {i * 7}.")
+        for i in range(40)
+    ]
+    out = tmp_path / "resumable"
+    real_encode = build.Embedder.encode
+    calls: list[int] = []
+
+    def failing_encode(self, texts, *a, **kw):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(len(texts))
+        return real_encode(self, texts, *a, **kw)
+
+    monkeypatch.setattr(build.Embedder, "encode", failing_encode)
+    with pytest.raises(KeyboardInterrupt):
+        build_corpus(out=out, documents=docs, batch_size=2, progress=False)
+    assert not out.exists() and calls == [16]
+    encoded: list[str] = []
+
+    def counting_encode(self, texts, *a, **kw):
+        encoded.extend(texts)
+        return real_encode(self, texts, *a, **kw)
+
+    monkeypatch.setattr(build.Embedder, "encode", counting_encode)
+    build_corpus(out=out, documents=docs, batch_size=2, progress=False)
+    assert len(encoded) == 40 - 16  # the block finished before the interruption was not embedded again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["resumable"]  # the cache is gone
+    assert open_corpus(out).search("topic 49", k=1, mode="bm25")[0].doc_id == "d7"
