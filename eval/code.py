@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from eval.compare import save_figure
 from eval.rundir import (
     RESULTS,
     RUN,
@@ -164,15 +163,7 @@ def plot_pass_rates(bars: list[tuple[str, float]], path: str | Path, title: str 
     ax.set_title(title or "Code agent: pass@1 by tool setting", fontweight="bold")
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
+    save_figure(fig, path)
     return path
 
 
