@@ -110,7 +110,7 @@ def _clip(text: str, chars: int) -> str:
 
 def render_case(case: Case, *, warning: bool = False, field_chars: int = 160) -> str:
     """One case in a few lines; every field clipped, so one long case cannot eat the budget."""
-    steps = " → ".join(_clip(s, field_chars // 2) for s in case.steps) or "(none)"
+    steps = " → ".join(_clip(s, field_chars // 2) for s in case.steps[:MAX_STEPS]) or "(none)"
     template = prompts.MEMORY_WARNING if warning else prompts.MEMORY_CASE
     return template.format(question=_clip(case.question, field_chars), steps=steps,
                            answer=_clip(case.answer, field_chars // 2) or "(none)")
@@ -118,14 +118,13 @@ def render_case(case: Case, *, warning: bool = False, field_chars: int = 160) ->
 
 def render_guidance(cases: list[Case], warnings: list[Case] = (), max_chars: int = 1200) -> str:
     """Guidance text for the prompt, at most ``max_chars`` (≈ 300 tokens: small models' prompts
-    are short, and a case that does not fit whole is dropped rather than cut mid-way)."""
+    are short); a case that does not fit whole is left out rather than cut mid-way."""
     blocks = [render_case(c) for c in cases] + [render_case(c, warning=True) for c in warnings]
     text = ""
     for block in blocks:
         candidate = f"{text}\n{block}" if text else f"{prompts.MEMORY_HEADER}\n{block}"
-        if len(candidate) > max_chars:
-            break
-        text = candidate
+        if len(candidate) <= max_chars:
+            text = candidate
     return text
 
 
