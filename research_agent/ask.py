@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
     p.add_argument("--max-turns", type=int, default=None)
     p.add_argument("--max-tool-calls", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per policy turn")
     p.add_argument("--template", choices=["fast", "slow"], default="fast")
     p.add_argument("--record", default=None, help="live backend: record every response to this directory")
     p.add_argument("--replay", default=None, help="live backend: serve responses from a recording, offline")
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="treat QUESTION as a topic and write a structured Markdown report with citations")
     p.add_argument("--sections", type=int, default=3, help="report mode: section questions to research (2-4)")
+    p.add_argument("--write-tokens", type=int, default=120, help="report mode: tokens of prose per section")
     p.add_argument("--out", default=None, help="report mode: also write the Markdown report to this file")
     return p
 
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         config.max_turns = args.max_turns
     if args.max_tool_calls:
         config.max_tool_calls = args.max_tool_calls
+    if args.max_new_tokens:
+        config.max_new_tokens = args.max_new_tokens
     try:
         browser = make_browser(args)
         policy = load_policy(args.model or DEFAULT_MODEL, adapter=args.adapter, endpoint=args.endpoint)
@@ -129,7 +133,7 @@ def run_report(args, policy, browser, config, on_step) -> int:
 
     from .report import ReportConfig, score_report, write_report
 
-    cfg = ReportConfig(sections=args.sections)
+    cfg = ReportConfig(sections=args.sections, write_tokens=args.write_tokens)
     report = write_report(args.question, policy, browser, config, cfg, on_step=on_step)
     report.meta["score"] = score_report(report, cfg)
     if args.out:

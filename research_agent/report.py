@@ -131,7 +131,7 @@ def grounded(text: str, evidence_text: str, min_overlap: float = 0.5) -> str:
     kept: list[str] = []
     for sentence in parts:
         words = _words(_MARKER.sub("", sentence))
-        if len(words) >= 3 and len(words & known) / len(words) >= min_overlap and sentence not in kept:
+        if len(words) >= 2 and len(words & known) / len(words) >= min_overlap and sentence not in kept:
             kept.append(sentence)
     return " ".join(kept)
 
