@@ -82,6 +82,19 @@ def build_parser() -> argparse.ArgumentParser:
     qa.add_argument("--adapter", default=None, help="LoRA adapter directory")
     qa.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
     qa.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
+    qa.add_argument(
+        "--memory",
+        default=None,
+        metavar="DIR",
+        help="case memory (B6) whose similar successful cases guide each question; fill it from the "
+        "training split only (python -m research_agent.memory add)",
+    )
+    qa.add_argument("--memory-k", type=int, default=2, help="successful past cases shown per question")
+    qa.add_argument(
+        "--memory-add",
+        action="store_true",
+        help="after the run, add its trajectories to --memory (do this for training-split runs only)",
+    )
 
     cmp = sub.add_parser("compare", help="table and plots over finished runs")
     cmp.add_argument("runs", nargs="+", help="run directories written by `python -m eval qa`")
@@ -114,6 +127,31 @@ def _run_info(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def open_memory(args: argparse.Namespace, items: list[dict]):
+    """The case memory of ``--memory``, after warning about benchmark questions already in it.
+
+    Such cases are never shown for their own question (``CaseMemory.retrieve`` skips them), but
+    their presence means the memory was filled from the evaluation split.
+    """
+    if not args.memory:
+        if args.memory_add:
+            raise SystemExit("--memory-add needs --memory DIR")
+        return None
+    from research_agent.memory import CaseMemory
+    from rewards.text import normalize_answer
+
+    memory = CaseMemory(args.memory)
+    stored = {normalize_answer(c.question) for c in memory.cases()}
+    overlap = sum(normalize_answer(str(it["question"])) in stored for it in items)
+    if overlap:
+        print(
+            f"warning: {overlap} of {len(items)} questions are already in the memory {args.memory}; they never "
+            "see their own case, but an evaluation memory should hold the training split only",
+            file=sys.stderr,
+        )
+    return memory
+
+
 def cmd_qa(args: argparse.Namespace) -> int:
     from eval.corpora import open_benchmark_corpus
     from eval.runner import evaluate
@@ -124,6 +162,9 @@ def cmd_qa(args: argparse.Namespace) -> int:
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint)
     info = {**_run_info(args), "model": args.model, "adapter": args.adapter, "endpoint": args.endpoint}
+    memory = open_memory(args, items)
+    if memory is not None:
+        info.update(memory=str(memory.path.resolve()), memory_k=args.memory_k)
     results = evaluate(
         items,
         policy,
@@ -135,7 +176,13 @@ def cmd_qa(args: argparse.Namespace) -> int:
         run_info=info,
         progress=not args.quiet,
         concurrency=args.concurrency,
+        guidance=(lambda item: memory.guidance(item["question"], k=args.memory_k)) if memory else None,
     )
+    if memory is not None and args.memory_add:
+        from eval.runner import load_run_trajectories
+
+        added = memory.add_trajectories(load_run_trajectories(args.out), source=str(args.out))
+        print(f"added {added} new cases to {memory.path} ({len(memory)} in all)", file=sys.stderr)
     print(json.dumps(results["metrics"], indent=2))
     print(f"results: {Path(args.out) / 'results.json'}", file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ VERSIONED = (
     "langgraph",
 )
 # run.json keys that must match for a resume to continue the same experiment
-IDENTITY_KEYS = ("bench", "model", "adapter", "endpoint", "agent_config", "corpus")
+IDENTITY_KEYS = ("bench", "model", "adapter", "endpoint", "agent_config", "corpus", "memory")
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -134,8 +135,11 @@ def evaluate(
     run_info: dict[str, Any] | None = None,
     progress: bool = True,
     concurrency: int = 8,
+    guidance: Callable[[dict], str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``items`` into ``out_dir`` and return the results dict (also saved as results.json).
+
+    ``guidance(item)`` is text put before each question (e.g. case memory, B6).
 
     Already-finished question ids in ``out_dir/trajectories.jsonl`` are not redone.  ``run_info``
     holds the settings that identify the run (model, adapter, limit, seed ...); a resume with
@@ -175,7 +179,8 @@ def evaluate(
                 done[traj.id] = traj
 
             run_batch(
-                todo, policy, browser, config, progress=progress, on_result=on_result, concurrency=concurrency
+                todo, policy, browser, config, progress=progress, on_result=on_result, concurrency=concurrency,
+                guidance=guidance,
             )
 
     trajs = [done[str(it["id"])] for it in items if str(it["id"]) in done]

@@ -28,12 +28,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
     p.add_argument("--max-turns", type=int, default=None)
     p.add_argument("--max-tool-calls", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per policy turn")
     p.add_argument("--template", choices=["fast", "slow"], default="fast")
     p.add_argument("--record", default=None, help="live backend: record every response to this directory")
     p.add_argument("--replay", default=None, help="live backend: serve responses from a recording, offline")
     p.add_argument("--json", action="store_true", help="print the whole trajectory as JSON")
     p.add_argument("--trace", default=None, help="write an HTML trace of the research to this file")
     p.add_argument("--quiet", action="store_true", help="do not stream steps")
+    p.add_argument("--memory", default=None, metavar="DIR",
+                   help="case memory: similar past runs guide this one, and this run is added to it")
+    p.add_argument("--memory-k", type=int, default=2, help="successful past cases shown as guidance")
+    p.add_argument("--report", action="store_true",
+                   help="treat QUESTION as a topic and write a structured Markdown report with citations")
+    p.add_argument("--sections", type=int, default=3, help="report mode: section questions to research (2-4)")
+    p.add_argument("--write-tokens", type=int, default=120, help="report mode: tokens of prose per section")
+    p.add_argument("--out", default=None, help="report mode: also write the Markdown report to this file")
     return p
 
 
@@ -81,12 +90,21 @@ def main(argv: list[str] | None = None) -> int:
         config.max_turns = args.max_turns
     if args.max_tool_calls:
         config.max_tool_calls = args.max_tool_calls
+    if args.max_new_tokens:
+        config.max_new_tokens = args.max_new_tokens
     try:
         browser = make_browser(args)
         policy = load_policy(args.model or DEFAULT_MODEL, adapter=args.adapter, endpoint=args.endpoint)
         out = sys.stderr if args.json else sys.stdout
-        agent = ResearchAgent(policy, browser, config, on_step=None if args.quiet else stream_step(out))
-        traj = agent.run(args.question)
+        on_step = None if args.quiet else stream_step(out)
+        if args.report:
+            return run_report(args, policy, browser, config, on_step)
+        memory = open_memory(args.memory)
+        guidance = memory.guidance(args.question, k=args.memory_k) if memory else ""
+        traj = ResearchAgent(policy, browser, config, on_step=on_step).run(args.question, guidance=guidance)
+        if memory is not None:
+            traj.meta["memory"] = {"dir": str(memory.path), "guidance": guidance,
+                                   "added": memory.add_trajectories([traj])}
     except (BrowserError, PolicyError, ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -99,6 +117,38 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_answer(traj)
     return 0 if traj.answered else 3
+
+
+def open_memory(path: str | None):
+    if not path:
+        return None
+    from .memory import CaseMemory
+
+    return CaseMemory(path)
+
+
+def run_report(args, policy, browser, config, on_step) -> int:
+    """Report mode: plan, research and write; score with the C9 report reward; print or save."""
+    from corpus.packages import atomic_write_text
+
+    from .report import ReportConfig, score_report, write_report
+
+    cfg = ReportConfig(sections=args.sections, write_tokens=args.write_tokens)
+    report = write_report(args.question, policy, browser, config, cfg, on_step=on_step)
+    report.meta["score"] = score_report(report, cfg)
+    if args.out:
+        atomic_write_text(args.out, report.markdown)
+    if args.trace:
+        from .trace import write_report_trace
+
+        write_report_trace(report, args.trace)
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=1))
+    else:
+        score = report.meta["score"]
+        print(f"\n{report.markdown}")
+        print("Report reward: " + ", ".join(f"{k} {v:.2f}" for k, v in score.items()))
+    return 0
 
 
 def print_answer(traj) -> None:

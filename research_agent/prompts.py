@@ -35,6 +35,24 @@ Search first, then answer with a short answer and its citation."""
 
 QUESTION = "Question: {question}"
 
+# Case memory (B6): past cases shown before the question.  The header tells the model the cases
+# are hints, not evidence, so it still searches and cites its own results.
+MEMORY_HEADER = "Past cases of similar questions (hints only; search and cite your own results):"
+MEMORY_CASE = "- Q: {question}\n  Steps: {steps}\n  Answer: {answer}"
+MEMORY_WARNING = "- Failed before, do not repeat: Q: {question}\n  Steps: {steps}\n  Wrong answer: {answer}"
+
+# Report mode (B8): the policy only proposes questions and writes prose; headings, citations and
+# the sources list are assembled by code, so a small model still yields a well-formed report.
+REPORT_PLAN = (
+    "Topic: {topic}\n"
+    "Write {n} short research questions that together cover this topic, one per line, nothing else."
+)
+REPORT_SECTION = (
+    "Evidence:\n{evidence}\n\n"
+    "Using only the evidence above, write two or three sentences that answer: {question}"
+)
+REPORT_SUMMARY = "Notes:\n{notes}\n\nSummarize these notes about {topic} in two sentences."
+
 # Shown when the model's output holds no accepted action.
 INVALID_ACTION = (
     "Invalid action: {reason}. Write exactly one of <search>query</search>, <open>id</open>, "

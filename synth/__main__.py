@@ -74,6 +74,15 @@ def cmd_trajectories(args) -> int:
                       max_tool_calls=args.max_tool_calls, max_new_tokens=args.max_new_tokens)
     stats = synthesize_trajectories(items, policy, browser, args.out, samples=args.samples, config=cfg,
                                     concurrency=args.concurrency)
+    if args.memory:
+        from research_agent.memory import CaseMemory
+
+        from .trajectories import load_trajectories
+
+        memory = CaseMemory(args.memory)
+        stats["memory_new_cases"] = memory.add_trajectories(load_trajectories(args.out), min_f1=args.memory_min_f1,
+                                                            source=str(args.out))
+        stats["memory_cases"] = len(memory)
     print(json.dumps(stats))
     return 0
 
@@ -119,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--max-tool-calls", type=int, default=3)
     t.add_argument("--max-new-tokens", type=int, default=64)
     t.add_argument("--concurrency", type=int, default=8)
+    t.add_argument("--memory", default=None, metavar="DIR",
+                   help="add the written trajectories to this case memory (B6); a run is a success by its gold")
+    t.add_argument("--memory-min-f1", type=float, default=0.8, help="token F1 at or above which a case is a success")
     t.set_defaults(fn=cmd_trajectories)
     s = sub.add_parser("sft-export", help="filter trajectories and write chat-format SFT data")
     s.add_argument("--trajectories", required=True, help="directory of shards")

@@ -17,9 +17,13 @@ class ScriptedBatch:
     wrong: set[str] = field(default_factory=set)
     interrupt_after: int | None = None
     calls: list[list[str]] = field(default_factory=list)
+    guidance: dict[str, str] = field(default_factory=dict)  # item id -> guidance text it was given
 
-    def __call__(self, items, policy, browser, config=None, *, progress=True, on_result=None, concurrency=8):
+    def __call__(self, items, policy, browser, config=None, *, progress=True, on_result=None, concurrency=8,
+                 guidance=None):
         self.calls.append([it["id"] for it in items])
+        if guidance is not None:
+            self.guidance.update({it["id"]: guidance(it) for it in items})
         out = []
         for n, item in enumerate(items):
             if self.interrupt_after is not None and n == self.interrupt_after:

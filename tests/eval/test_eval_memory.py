@@ -1,0 +1,44 @@
+"""``python -m eval qa --memory``: case memory guidance reaches each question; results can be added."""
+
+from __future__ import annotations
+
+import json
+
+from research_agent.memory import Case, CaseMemory
+
+CASES = [
+    Case("What is the capital of France?", ["search: capital of France"], "Paris", True, "correct", 1.0),
+    Case("What currency does Spain use?", ["search: Spain currency"], "peso", False, "wrong", 0.0),
+]
+
+
+def test_eval_qa_reads_the_memory_and_can_add_its_results(scripted, make_items, tmp_path, monkeypatch, capsys):
+    from eval import cli
+
+    mem = tmp_path / "mem"
+    CaseMemory(mem).add(CASES)
+    items = make_items(2) + [{"id": "fr", "question": "Which city is France's capital?", "answers": ["Paris"]}]
+    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
+    monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
+    monkeypatch.setattr("research_agent.policy.load_policy", lambda *a, **k: None)
+    argv = ["qa", "--bench", "x.jsonl", "--out", str(tmp_path / "run"), "--memory", str(mem), "--memory-add", "--quiet"]
+    assert cli.main(argv) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert "Answer: Paris" in scripted.guidance["fr"] and scripted.guidance["q0"] == ""
+    assert len(CaseMemory(mem)) == len(CASES) + 3
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["memory"] == str(mem.resolve())
+
+
+def test_eval_questions_already_in_the_memory_are_warned_about(scripted, tmp_path, monkeypatch, capsys):
+    from eval import cli
+
+    mem = tmp_path / "mem"
+    CaseMemory(mem).add(CASES)
+    items = [{"id": "fr", "question": "What is the capital of France?", "answers": ["Paris"]}]
+    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
+    monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
+    monkeypatch.setattr("research_agent.policy.load_policy", lambda *a, **k: None)
+    assert cli.main(["qa", "--bench", "x.jsonl", "--out", str(tmp_path / "run"), "--memory", str(mem), "--quiet"]) == 0
+    assert "1 of 1 questions are already in the memory" in capsys.readouterr().err
+    assert scripted.guidance["fr"] == ""  # its own case (with its gold) is never shown
