@@ -10,7 +10,8 @@ task by task. OUT/results.json holds every mode's metrics, OUT/table.md the comp
 OUT/pass_at_1.png the seed's bar plot. All JSON and Markdown files are written atomically.
 
 The multi-tool docs come from an API-docs corpus built once from the installed libraries
-(``research_agent.code.apidocs``) under ``<cache>/corpora/api-docs``, or from ``--docs DIR``.
+(``research_agent.code.apidocs.api_docs_browser``, shared with the trainer) under
+``<cache>/corpora/api-docs``, or from ``--docs DIR``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from eval.rundir import (
     write_json,
 )
 from research_agent.code.agent import CodeAgentConfig, run_code_batch
+from research_agent.code.apidocs import api_docs_browser, api_docs_dir
 from research_agent.code.env import MODES
 from research_agent.trajectory import Trajectory
 
@@ -46,40 +48,6 @@ TABLE = "table.md"
 PLOT = "pass_at_1.png"
 # per-mode run.json keys that must match for a resume to continue the same experiment
 IDENTITY_KEYS = ("tasks", "mode", "model", "adapter", "endpoint", "agent_config", "docs")
-
-
-# ---- the docs corpus --------------------------------------------------------------------------
-def api_docs_dir() -> Path:
-    from corpus.packages import cache_dir
-
-    return cache_dir() / "corpora" / "api-docs"
-
-
-def api_docs_browser(
-    path: str | Path | None = None,
-    modules: list[str] | None = None,
-    *,
-    retriever: str = "hybrid",
-    progress: bool = True,
-) -> Any:
-    """A browser over the API-docs corpus at ``path`` (default: the cached one), built there on first use.
-
-    Building embeds every documented function of the default modules (minutes on a CPU), so it is
-    done once, under a lock, and reused by every later eval and rollout.
-    """
-    from corpus import build_corpus, open_corpus
-    from corpus.store import MANIFEST, build_lock
-    from research_agent.code.apidocs import DEFAULT_MODULES, api_documents
-
-    target = Path(path).expanduser() if path else api_docs_dir()
-    if not (target / MANIFEST).exists():
-        with build_lock(target):
-            if not (target / MANIFEST).exists():
-                if progress:
-                    print(f"building the API-docs corpus at {target} (once) ...", file=sys.stderr, flush=True)
-                docs = api_documents(modules or DEFAULT_MODULES, progress=progress)
-                build_corpus(out=target, documents=docs, progress=progress)
-    return open_corpus(target, retriever=retriever)
 
 
 # ---- metrics ----------------------------------------------------------------------------------
@@ -423,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = [
     "api_docs_browser",
+    "api_docs_dir",
     "code_metrics",
     "comparison_table",
     "evaluate_code",

@@ -6,6 +6,8 @@ web docs of another release. One document per public module, class and function;
 lists its methods with signatures and one-line summaries, and a method with a long docstring
 (``pandas.DataFrame.groupby``) also gets a document of its own so a search can land on it directly.
 Modules that are not installed are skipped with a notice, never an error.
+
+``api_docs_browser`` opens the corpus (building it once, cached); eval and the trainer both use it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import inspect
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -168,3 +171,36 @@ def api_documents(modules: list[str] = DEFAULT_MODULES, progress: bool = True) -
             continue
         if progress:
             print(f"api-docs: {module_name}: {count} documents", file=sys.stderr, flush=True)
+
+
+def api_docs_dir() -> Path:
+    from corpus.packages import cache_dir
+
+    return cache_dir() / "corpora" / "api-docs"
+
+
+def api_docs_browser(
+    path: str | Path | None = None,
+    modules: list[str] | None = None,
+    *,
+    retriever: str = "hybrid",
+    progress: bool = True,
+) -> Any:
+    """A browser over the API-docs corpus at ``path`` (default: the cached one), built there on first use.
+
+    Building embeds every documented function of the default modules (minutes on a CPU), so it is
+    done once, under a lock, and reused by every later eval and training run: the docs a policy
+    was trained to search are the docs it is evaluated with.
+    """
+    from corpus import build_corpus, open_corpus
+    from corpus.store import MANIFEST, build_lock
+
+    target = Path(path).expanduser() if path else api_docs_dir()
+    if not (target / MANIFEST).exists():
+        with build_lock(target):
+            if not (target / MANIFEST).exists():
+                if progress:
+                    print(f"building the API-docs corpus at {target} (once) ...", file=sys.stderr, flush=True)
+                docs = api_documents(modules or DEFAULT_MODULES, progress=progress)
+                build_corpus(out=target, documents=docs, progress=progress)
+    return open_corpus(target, retriever=retriever)

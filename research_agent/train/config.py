@@ -4,6 +4,12 @@ Defaults follow the seeds: group size 4, lr 5e-6 (RL), KL 0.05, LoRA r=16 α=32 
 q_proj/v_proj, temperature 0.7, max 5 turns, fast template, F1 + action penalty reward, and
 REINFORCE with a batch-mean baseline (seed 003: the most stable and cheapest of REINFORCE / PPO /
 GRPO).  A TOML file and CLI flags map onto the same fields.
+
+Code tasks are a second task type of the same trainer (``task_type = "code"``), not a second
+trainer: only the task source, the rollout graph, the default reward and what counts as correct
+differ (``task_types``).  Fields left unset (None) whose sensible value differs by task type —
+reward, tokens per turn and in total, tool calls — take that task type's default, and config.json
+records the resolved value.
 """
 
 from __future__ import annotations
@@ -12,6 +18,10 @@ import argparse
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
+
+
+class ConfigError(ValueError):
+    """A training config names an unknown or incompatible setting."""
 
 
 def _f(default, help: str):
@@ -23,12 +33,23 @@ def _f(default, help: str):
 @dataclass
 class TrainConfig:
     stage: str = _f("rl", "rl (policy gradient on rollouts) or sft (cold start on synthesized trajectories)")
+    task_type: str = _f("research", "research (questions answered with search/open/find) or code (programming "
+                        "tasks solved with search docs/execute/submit, checked by their tests)")
     model: str = _f("smollm2-135m", "named offline model, local path or hub id")
     init_adapter: str | None = _f(None, "start from this LoRA adapter (e.g. the SFT result) instead of a fresh one")
-    tasks: str = _f("", "JSONL of {id, question, answers, ...} (rl) or SFT export (sft); empty = shipped Factbook set")
-    split: str = _f("train", "use only task lines whose 'split' is this (empty: all lines)")
-    corpus: str | None = _f(None, "corpus index directory (default: the embedded corpus)")
-    retrieval_url: str | None = _f(None, "use a retrieval service (python -m corpus serve) instead of a local index")
+    tasks: str = _f("", "research: JSONL of {id, question, answers, ...} (rl) or SFT export (sft), empty = "
+                    "shipped Factbook set; code: a task spec (dataframebench:train|val|test, humaneval, "
+                    "kodcode:PATH.jsonl, bigcodebench:PATH.jsonl), empty = dataframebench:train")
+    split: str = _f("train", "research: use only task lines whose 'split' is this (empty: all lines); code tasks "
+                    "name their split in --tasks")
+    corpus: str | None = _f(None, "corpus index directory; research default: the embedded corpus, code default: "
+                            "the cached API-docs corpus (built from the installed libraries on first use)")
+    retrieval_url: str | None = _f(None, "use a retrieval service (python -m corpus serve) instead of a local index "
+                                   "(for code: one serving the API-docs corpus)")
+    code_mode: str = _f("multi-tool", "code: multi-tool (search docs + execute + submit; the model learns when to "
+                        "use which), code-only (execute + submit) or no-tools (one shot)")
+    docs_modules: list[str] = _f([], "code: modules documented when the API-docs corpus is first built "
+                                 "(empty: the default stdlib + data-science set)")
     out: str = _f("runs/train", "run directory: config, metrics.jsonl, plots, checkpoints/")
     algorithm: str = _f("reinforce", "reinforce (batch-mean baseline; seed 003's most stable), grpo "
                         "(group-normalized advantages), rloo (leave-one-out baseline)")
@@ -49,11 +70,17 @@ class TrainConfig:
     template: str = _f("fast", "prompt template: fast (default, seed 003) or slow")
     temperature: float = _f(0.7, "sampling temperature for rollouts (eval uses greedy)")
     max_turns: int = _f(5, "policy turns per rollout")
-    max_tool_calls: int = _f(3, "tool calls per rollout; then the model is told to answer")
-    max_new_tokens: int = _f(48, "tokens per turn")
-    max_total_tokens: int = _f(1024, "prompt + trajectory token cap")
-    reward: str = _f("f1_penalty", "reward spec: a name from rewards.REWARDS or 'name:weight,name:weight'")
-    pass_threshold: float = _f(0.8, "F1 at or above which a trajectory counts as correct (pass rate, filtering)")
+    max_tool_calls: int | None = _f(None, "tool calls per rollout; then the model is told to answer (submit is never "
+                                    "capped); unset: 3 research, 4 code")
+    max_new_tokens: int | None = _f(None, "tokens per turn; unset: 48 research (fast template), 512 code (a whole "
+                                    "function fits)")
+    max_total_tokens: int | None = _f(None, "prompt + trajectory token cap; unset: 1024 research, 4096 code "
+                                      "(DataFrameBench prompts run to ~800 tokens and must fit in half)")
+    reward: str | None = _f(None, "reward spec: a name from rewards.REWARDS or 'name:weight,name:weight'; unset: "
+                            "f1_penalty (research, seed 003) or code_shaped (code: the seed's shaping; code_torl "
+                            "is ToRL's +1/-1/-0.5)")
+    pass_threshold: float = _f(0.8, "research: F1 at or above which a trajectory counts as correct (pass rate, "
+                               "filtering); a code trajectory is correct when its submission passes the tests")
     filter_low: float = _f(0.2, "drop groups whose accuracy is below this (Agent RL Scaling Law); <=0 disables")
     filter_high: float = _f(0.8, "drop groups whose accuracy is above this; >=1 disables")
     filter_zero_variance: bool = _f(True, "drop groups whose rewards are all equal (no signal)")
@@ -70,6 +97,25 @@ class TrainConfig:
     RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "out", "concurrency", "checkpoint_every",
                                             "keep_checkpoints", "kl_alarm")
 
+    def __post_init__(self) -> None:
+        from research_agent.code.env import MODES
+
+        from .task_types import TASK_DEFAULTS, TASK_TYPES
+
+        if self.stage not in ("rl", "sft"):
+            raise ConfigError(f"stage must be rl or sft, not {self.stage!r}")
+        if self.algorithm not in ("reinforce", "grpo", "rloo"):
+            raise ConfigError(f"algorithm must be reinforce, grpo or rloo, not {self.algorithm!r}")
+        if self.task_type not in TASK_TYPES:
+            raise ConfigError(f"task_type must be one of {', '.join(TASK_TYPES)}, not {self.task_type!r}")
+        if self.task_type == "code" and self.stage != "rl":
+            raise ConfigError("SFT renders research trajectories only; train code tasks with stage rl")
+        if self.code_mode not in MODES:
+            raise ConfigError(f"code_mode must be one of {', '.join(MODES)}, not {self.code_mode!r}")
+        for name, value in TASK_DEFAULTS[self.task_type].items():
+            if getattr(self, name) in (None, ""):  # resolved here, so config.json records what was trained with
+                setattr(self, name, value)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -80,7 +126,7 @@ class TrainConfig:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m research_agent.train",
-                                description="LoRA RL (REINFORCE / GRPO / RLOO) and SFT for research agents")
+                                description="LoRA RL (REINFORCE / GRPO / RLOO) and SFT for research and code agents")
     p.add_argument("--config", help="TOML file with any of the fields below")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     for f in fields(TrainConfig):
@@ -91,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
         elif isinstance(default, list):
             kind = lambda s: [x for x in s.split(",") if x]  # noqa: E731
         elif default is None:
-            kind = str
+            kind = int if str(f.type).startswith("int") else str
         else:
             kind = type(default)
         p.add_argument(flag, type=kind, default=None, help=f"{f.metadata['help']} (default: {default})")
@@ -112,9 +158,8 @@ def load_config(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Na
     unknown = set(values) - {f.name for f in fields(TrainConfig)}
     if unknown:
         raise SystemExit(f"unknown config fields: {', '.join(sorted(unknown))}")
-    cfg = TrainConfig(**values)
-    if cfg.stage not in ("rl", "sft"):
-        raise SystemExit(f"--stage must be rl or sft, not {cfg.stage!r}")
-    if cfg.algorithm not in ("reinforce", "grpo", "rloo"):
-        raise SystemExit(f"--algorithm must be reinforce, grpo or rloo, not {cfg.algorithm!r}")
+    try:
+        cfg = TrainConfig(**values)
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     return cfg, args

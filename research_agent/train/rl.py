@@ -1,7 +1,9 @@
 """The RL loop: rollouts of the agent graph → rewards → filters → advantages → masked PG loss.
 
-Rollouts are the same ``run_batch`` that ``ask``, synthesis and eval use, through one batched
-policy whose model carries the LoRA adapter being trained.
+Rollouts are the same ``run_batch`` (research) or ``run_code_batch`` (code) that ``ask``, synthesis
+and eval use, through one batched policy whose model carries the LoRA adapter being trained.  The
+task type only picks tasks, graph, default reward and correctness (``task_types``); the loop below
+is the same for both.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import torch
 from tqdm import tqdm
 
 from corpus.packages import atomic_write_text
-from research_agent.agent import AgentConfig, run_batch
 from research_agent.policy import LocalPolicy
 from research_agent.trajectory import Trajectory
 
@@ -29,6 +30,19 @@ from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoi
 from .config import TrainConfig
 from .loss import pad_batch, policy_gradient_loss, reference_logprobs, token_logprobs
 from .plots import plot_training
+from .task_types import (
+    TOOLS,
+    agent_config,
+    default_task_file,
+    group_items,
+    is_correct,
+    load_tasks,
+    make_browser,
+    run_rollouts,
+)
+
+__all__ = ["agent_config", "default_task_file", "load_tasks", "make_browser", "policy_update", "rollout_metrics",
+           "setup_lora", "train_rl", "TrainingStopped"]
 
 
 class TrainingStopped(RuntimeError):
@@ -83,12 +97,6 @@ def merge_adapters(base, paths: list[Path]):
 CHAIN_FILE = "adapter_chain.json"
 
 
-def agent_config(cfg: TrainConfig) -> AgentConfig:
-    return AgentConfig(template=cfg.template, max_turns=cfg.max_turns, max_tool_calls=cfg.max_tool_calls,
-                       max_new_tokens=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens,
-                       temperature=cfg.temperature)
-
-
 class SafeReward:
     """Call a reward; on an exception give the configured fallback and log each error type once."""
 
@@ -115,30 +123,6 @@ class SafeReward:
             return RewardResult(self.fallback, {"reward_error": 1.0})
 
 
-def default_task_file() -> Path:
-    return Path(__file__).resolve().parent.parent / "data" / "factbook_qa.jsonl"
-
-
-def load_tasks(cfg: TrainConfig) -> list[dict]:
-    from synth.qa import read_jsonl
-
-    path = cfg.tasks or str(default_task_file())
-    items = read_jsonl(path, split=cfg.split or None)
-    if not items:
-        raise SystemExit(f"no tasks with split {cfg.split!r} in {path}")
-    return items
-
-
-def make_browser(cfg: TrainConfig):
-    if cfg.retrieval_url:
-        from corpus.service import RemoteBrowser
-
-        return RemoteBrowser(cfg.retrieval_url)
-    from corpus import open_corpus
-
-    return open_corpus(cfg.corpus)
-
-
 def make_reward(spec: str):
     from rewards import get_reward
     from rewards.compose import parse_reward_spec
@@ -146,17 +130,20 @@ def make_reward(spec: str):
     return parse_reward_spec(spec) if ("," in spec or ":" in spec) else get_reward(spec)
 
 
-def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list[bool]) -> dict:
+def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list[bool],
+                    tools: tuple[str, ...] = TOOLS["research"]) -> dict:
+    """Batch means; ``answer_rate`` is the submission rate for code, ``tool_rate/<tool>`` calls per trajectory."""
     n = max(1, len(trajs))
     m = {
         "reward": sum(rewards) / n,
         "pass_rate": sum(correct) / n,
         "answer_rate": sum(t.answered for t in trajs) / n,
         "void_turn_rate": sum(t.has_void_turn for t in trajs) / n,
+        "error_rate": sum(t.stop_reason == "error" for t in trajs) / n,  # could not start (e.g. prompt too long)
         "turns": sum(t.turns for t in trajs) / n,
         "gen_tokens": sum(t.generated_tokens for t in trajs) / n,
     }
-    for name in ("search", "open", "find"):
+    for name in tools:
         m[f"tool_rate/{name}"] = sum(t.count(name) for t in trajs) / n
     return m
 
@@ -197,8 +184,6 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list[float],
 
 
 def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: bool = True) -> dict:
-    from rewards.qa import token_f1
-
     out = prepare_run(cfg, resume)
     items = load_tasks(cfg)
     model, tok = setup_lora(cfg, progress=progress)
@@ -223,7 +208,6 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     random.Random(state["order_seed"]).shuffle(order)
     browser = browser or make_browser(cfg)
     policy = LocalPolicy(model, tok, name=f"{cfg.model}+lora")
-    acfg = agent_config(cfg)
     history: list[dict] = []
     bar = tqdm(range(start, cfg.steps), desc="rl", disable=not progress, initial=start, total=cfg.steps)
     for step in bar:
@@ -231,25 +215,25 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         torch.manual_seed(cfg.seed * 100_003 + step)  # sampling reproducible per step, also after resume
         batch_items = []
         for _ in range(cfg.prompts_per_step):
-            item = items[order[state["position"] % len(order)]]
+            batch_items += group_items(items[order[state["position"] % len(order)]], step, cfg)
             state["position"] += 1
-            for g in range(cfg.group_size):
-                batch_items.append({**item, "id": f"{item.get('id', '')}::s{step}g{g}"})
-        trajs = run_batch(batch_items, policy, browser, acfg, progress=False, concurrency=cfg.concurrency)
+        trajs = run_rollouts(batch_items, policy, browser, cfg)
         results = [safe_reward(t, step) for t in trajs]
         rewards = [r.score for r in results]
-        correct = [token_f1(t.answer, t.gold.get("answers", [])) >= cfg.pass_threshold for t in trajs]
+        correct = [is_correct(t, cfg) for t in trajs]
         adv = group_advantages(rewards, cfg.group_size, cfg.algorithm)
         keep_g = keep_groups(rewards, correct, cfg.group_size, low=cfg.filter_low, high=cfg.filter_high,
                              zero_variance=cfg.filter_zero_variance)
         chosen = [i for i, t in enumerate(trajs)
                   if keep_g[i // cfg.group_size] and not (cfg.drop_void_turns and t.has_void_turn)
                   and any(t.token_mask)]
+        for i in chosen:  # the loss must cover the model's own tokens and nothing the tools returned
+            trajs[i].check_consistency()
         t_roll = time.perf_counter() - t0
         model.train()
         upd = policy_update(model, opt, params, trajs, adv, chosen, cfg, tok.pad_token_id)
         model.eval()
-        row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct), "loss": upd["loss"], "kl": upd["kl"],
+        row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, TOOLS[cfg.task_type]), "loss": upd["loss"], "kl": upd["kl"],
                "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
                "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll}
         comps: dict[str, float] = {}
