@@ -51,7 +51,13 @@ class TrainConfig:
     max_turns: int = _f(5, "policy turns per rollout")
     max_tool_calls: int = _f(3, "tool calls per rollout; then the model is told to answer")
     max_new_tokens: int = _f(48, "tokens per turn")
-    max_total_tokens: int = _f(1024, "prompt + trajectory token cap")
+    max_total_tokens: int = _f(1024, "prompt + trajectory token cap (full context)")
+    context: str = _f("full", "rollout context: full (the growing transcript) or managed (Tongyi DeepResearch: each "
+                      "step sees the question, the model's <notes> and the last result, and is trained as its own "
+                      "sequence); sft renders each record in the mode it was recorded in")
+    context_tokens: int = _f(1024, "managed context: the most tokens one step holds, prompt plus turn (also the "
+                             "window managed SFT records are rendered into)")
+    notes_tokens: int = _f(128, "managed context: the model's running notes are cut to this many tokens")
     reward: str = _f("f1_penalty", "reward spec: a name from rewards.REWARDS or 'name:weight,name:weight'")
     pass_threshold: float = _f(0.8, "F1 at or above which a trajectory counts as correct (pass rate, filtering)")
     filter_low: float = _f(0.2, "drop groups whose accuracy is below this (Agent RL Scaling Law); <=0 disables")
@@ -117,4 +123,6 @@ def load_config(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Na
         raise SystemExit(f"--stage must be rl or sft, not {cfg.stage!r}")
     if cfg.algorithm not in ("reinforce", "grpo", "rloo"):
         raise SystemExit(f"--algorithm must be reinforce, grpo or rloo, not {cfg.algorithm!r}")
+    if cfg.context not in ("full", "managed"):
+        raise SystemExit(f"--context must be full or managed, not {cfg.context!r}")
     return cfg, args
