@@ -242,3 +242,19 @@ def test_context_is_settable_from_eval_ask_and_the_trainer():
     assert acfg.managed and acfg.context_tokens == 512 and acfg.notes_tokens == 64
     with pytest.raises(SystemExit):
         load_config(["--context", "summary"])
+
+
+def test_guidance_and_step_streaming_carry_over_every_rebuilt_prompt(smol, small_browser):
+    import io
+
+    from research_agent.ask import stream_step
+
+    _, tok = smol
+    policy = ScriptedPolicy(tok, ["<notes>start</notes><search>capital of Spain</search>",
+                                  "<notes>Madrid [factbook/sp#0]</notes><answer>Madrid [factbook/sp#0]</answer>"])
+    out = io.StringIO()
+    agent = ResearchAgent(policy, small_browser.fork(), _managed(), on_step=stream_step(out))
+    traj = agent.run("What is the capital of Spain?", guidance="A similar past case: search the capital first.")
+    assert all("A similar past case" in tok.decode(p) for p in policy.prompts)
+    assert "▶ search capital of Spain" in out.getvalue() and "✎ start" in out.getvalue()
+    assert traj.answer == "Madrid" and traj.steps[-1].info["notes"] == "Madrid [factbook/sp#0]"
