@@ -39,7 +39,10 @@ def agent_config(pairs: list[str]) -> Any:
                 values[name] = kind(raw)
             except ValueError as e:
                 raise SystemExit(f"--set {name}: {raw!r} is not a valid {kind.__name__}") from e
-    return AgentConfig(**values)
+    try:
+        return AgentConfig(**values)
+    except ValueError as e:  # a combination of fields the agent refuses
+        raise SystemExit(f"--set: {e}") from e
 
 
 def _add_bench_args(p: argparse.ArgumentParser) -> None:

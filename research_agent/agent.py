@@ -4,7 +4,9 @@ policy → (search | open | find) → policy → ... → answer.  Each node is a
 returns a ``Command`` naming the next node, so the possible transitions are in the type.  The
 trajectory is one token stream (prompt, then model tokens interleaved with observation tokens),
 which is exactly what the trainer masks and what the next turn's prompt is: no re-rendering, no
-drift between what the model saw and what it is trained on.
+drift between what the model saw and what it is trained on.  With ``context="managed"`` each step's
+prompt is instead rebuilt from the question, the model's notes and the last result (``context.py``)
+and stored on the step, so the trainer still sees exactly what the model saw.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from corpus.browser import Browser, BrowserError
 from . import prompts
 from .actions import Action, parse_action
 from .citations import check_citations
+from .context import managed_prompt, strip_notes, written_notes
 from .trajectory import Step, Trajectory
 
 
@@ -37,9 +40,36 @@ class AgentConfig:
     observation_tokens: int = field(default=256, metadata={"help": "observations are truncated to this many tokens"})
     snippet_chars: int = field(default=300, metadata={"help": "characters of each hit's snippet"})
     semantic_citations: bool = field(default=False, metadata={"help": "also check citations by embedding similarity (slower)"})
+    context: str = field(default="full", metadata={"help": "full: the prompt is the whole growing transcript; managed "
+                         "(Tongyi DeepResearch): each step's prompt is rebuilt from the question, the model's running "
+                         "<notes> and the last result, so long researches fit a fixed window"})
+    context_tokens: int = field(default=1024, metadata={"help": "managed context: the most tokens one step may hold, "
+                                "its prompt plus its turn (max_total_tokens applies to full context only)"})
+    notes_tokens: int = field(default=128, metadata={"help": "managed context: the running notes are cut to this many "
+                              "tokens, so they cannot crowd out the evidence"})
+
+    def __post_init__(self):
+        if self.context not in prompts.CONTEXTS:
+            raise ValueError(f"context must be one of {prompts.CONTEXTS}, not {self.context!r}")
+        if self.context == "managed" and self.context_tokens <= self.max_new_tokens:
+            raise ValueError(f"context_tokens ({self.context_tokens}) must exceed max_new_tokens "
+                             f"({self.max_new_tokens}): a step holds its prompt and its turn")
+
+    @property
+    def managed(self) -> bool:
+        return self.context == "managed"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """A full-context config serializes as before managed context existed, so eval run directories
+        made earlier still resume (their identity check compares this dict) and records stay unchanged."""
+        d = asdict(self)
+        if not self.managed:
+            for name in MANAGED_ONLY:
+                d.pop(name)
+        return d
+
+
+MANAGED_ONLY = ("context", "context_tokens", "notes_tokens")
 
 
 class AgentState(TypedDict):
@@ -78,19 +108,27 @@ class ResearchAgent:
         if exceeded_turns(traj, cfg):
             traj.stop_reason = "max_turns"
             return Command(goto=END)
-        if exceeded_tokens(traj, cfg):
+        if not cfg.managed and exceeded_tokens(traj, cfg):
             traj.stop_reason = "max_tokens"
             return Command(goto=END)
-        budget = min(cfg.max_new_tokens, cfg.max_total_tokens - len(traj.prompt_ids) - len(traj.token_ids))
+        prompt = self._prompt(traj)
+        window = cfg.context_tokens if cfg.managed else cfg.max_total_tokens
+        budget = min(cfg.max_new_tokens, window - len(prompt))
         t0 = _now()
-        gen = self.policy.generate([traj.prompt_ids + traj.token_ids], max_new_tokens=budget,
+        gen = self.policy.generate([prompt], max_new_tokens=budget,
                                    temperature=cfg.temperature, stop=prompts.STOP_STRINGS)[0]
-        action = parse_action(gen.text, finished=gen.finish_reason != "stop")
+        action = parse_action(strip_notes(gen.text) if cfg.managed else gen.text,
+                              finished=gen.finish_reason != "stop")
         step = Step(action=action.name, argument=action.argument, completion=gen.text, valid=action.valid,
                     completion_ids=list(gen.token_ids), completion_logprobs=list(gen.logprobs),
                     seconds=_now() - t0)
         if action.thought:
             step.info["thought"] = action.thought
+        if cfg.managed:
+            step.prompt_ids = prompt
+            notes = written_notes(gen.text)
+            if notes is not None:
+                step.info["notes"] = notes
         traj.steps.append(step)
         traj.token_ids += step.completion_ids
         traj.token_mask += [1] * len(step.completion_ids)
@@ -197,11 +235,33 @@ class ResearchAgent:
         if self.on_step is not None:
             self.on_step(traj, step)
 
+    def _prompt(self, traj: Trajectory) -> list[int]:
+        """What the model sees next: the whole stream (full) or a prompt rebuilt from state (managed)."""
+        if not self.config.managed:
+            return traj.prompt_ids + traj.token_ids
+        return self._managed_prompt(traj.question, [s.completion for s in traj.steps],
+                                    [s.observation for s in traj.steps], traj.meta.get("guidance", ""))
+
+    def _managed_prompt(self, question: str, completions: list[str], observations: list[str],
+                        guidance: str) -> list[int]:
+        cfg = self.config
+        return managed_prompt(self.tok, question, completions, observations, template=cfg.template,
+                              context_tokens=cfg.context_tokens, notes_tokens=cfg.notes_tokens,
+                              reserve=cfg.max_new_tokens, guidance=guidance)
+
     # ---- entry points ---------------------------------------------------------------------------
     def new_trajectory(self, question: str, *, id: str = "", gold: dict | None = None,
                        guidance: str = "") -> Trajectory:
         if not isinstance(question, str) or not question.strip():
             raise ValueError("the question is empty")
+        meta = {"template": self.config.template, "model": getattr(self.policy, "name", ""),
+                "config": self.config.to_dict()}
+        if self.config.managed:  # the question alone must fit; later steps are cut to fit
+            prompt_ids = self._managed_prompt(question.strip(), [], [], guidance)
+            if guidance:
+                meta["guidance"] = guidance  # every rebuilt prompt shows it again
+            return Trajectory(question=question.strip(), id=id, gold=dict(gold or {}), prompt_ids=prompt_ids,
+                              meta=meta)
         msgs = prompts.messages(question.strip(), self.config.template, guidance)
         prompt_ids = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
         if hasattr(prompt_ids, "input_ids"):
@@ -211,8 +271,7 @@ class ResearchAgent:
             raise ValueError(f"the question is too long ({len(prompt_ids)} prompt tokens; "
                              f"at most {self.config.max_total_tokens // 2})")
         return Trajectory(question=question.strip(), id=id, gold=dict(gold or {}), prompt_ids=prompt_ids,
-                          meta={"template": self.config.template, "model": getattr(self.policy, "name", ""),
-                                "config": self.config.to_dict()})
+                          meta=meta)
 
     def run(self, question: str, *, id: str = "", gold: dict | None = None, guidance: str = "") -> Trajectory:
         traj = self.new_trajectory(question, id=id, gold=gold, guidance=guidance)

@@ -30,6 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tool-calls", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per policy turn")
     p.add_argument("--template", choices=["fast", "slow"], default="fast")
+    p.add_argument("--context", choices=["full", "managed"], default="full",
+                   help="full: the prompt is the whole transcript; managed: each step sees the question, the "
+                        "model's notes and the last result (long researches in a small window)")
+    p.add_argument("--context-tokens", type=int, default=None, help="managed context: tokens per step")
     p.add_argument("--record", default=None, help="live backend: record every response to this directory")
     p.add_argument("--replay", default=None, help="live backend: serve responses from a recording, offline")
     p.add_argument("--json", action="store_true", help="print the whole trajectory as JSON")
@@ -68,31 +72,37 @@ def stream_step(out):
         print(f"▶ {step.action}{arg}", file=out, flush=True)
         if step.error:
             print(f"  ! {step.error}", file=out, flush=True)
+        if step.info.get("notes"):
+            print(f"  ✎ {' '.join(step.info['notes'].split())[:160]}", file=out, flush=True)
         body = step.observation.strip().removeprefix("<result>").removesuffix("</result>").strip()
         for line in body.splitlines()[:6]:
             print(f"  {line[:160]}", file=out, flush=True)
     return show
 
 
+def agent_config(args):
+    from .agent import AgentConfig
+
+    values = {"template": args.template, "semantic_citations": True, "context": args.context}
+    for name in ("max_turns", "max_tool_calls", "max_new_tokens", "context_tokens"):
+        if getattr(args, name):
+            values[name] = getattr(args, name)
+    return AgentConfig(**values)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from corpus.browser import BrowserError
 
-    from .agent import AgentConfig, ResearchAgent
+    from .agent import ResearchAgent
     from .models import DEFAULT_MODEL
     from .policy import PolicyError, load_policy
 
     if not args.question.strip():
         print("error: the question is empty", file=sys.stderr)
         return 2
-    config = AgentConfig(template=args.template, semantic_citations=True)
-    if args.max_turns:
-        config.max_turns = args.max_turns
-    if args.max_tool_calls:
-        config.max_tool_calls = args.max_tool_calls
-    if args.max_new_tokens:
-        config.max_new_tokens = args.max_new_tokens
     try:
+        config = agent_config(args)
         browser = make_browser(args)
         policy = load_policy(args.model or DEFAULT_MODEL, adapter=args.adapter, endpoint=args.endpoint)
         out = sys.stderr if args.json else sys.stdout

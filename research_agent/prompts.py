@@ -9,6 +9,7 @@ a ``<think>`` block before each action.  Actions are plain-text tags because the
 from __future__ import annotations
 
 TEMPLATES = ("fast", "slow")
+CONTEXTS = ("full", "managed")
 
 ACTION_HELP = """Actions (write exactly one action per turn):
 <search>query</search> search the documents; results are shown with ids like [doc/id#2]
@@ -64,6 +65,14 @@ NO_RESULTS = "No results."
 TOOL_ERROR = "Error: {message}"
 
 OBSERVATION = "\n<result>\n{body}\n</result>\n"
+TRUNCATED = " ...(truncated)"
+
+# Managed context (B4): earlier turns are dropped from the prompt, so the model keeps its own notes.
+# No "Question:" and no result tag here: the reference policy reads both from the transcript.
+NOTES_HELP = """Earlier turns are not shown again: each turn you see the question, your notes and the last result.
+Start every turn by rewriting your notes inside <notes>...</notes>: the facts found so far and the ids to cite,
+e.g. <notes>Lima is the capital of Peru [factbook/pe#0]</notes>, then write the action."""
+NOTES = "Your notes:\n<notes>{notes}</notes>"
 
 STOP_STRINGS = ["</search>", "</open>", "</find>", "</answer>"]
 
@@ -82,3 +91,12 @@ def messages(question: str, template: str, guidance: str = "") -> list[dict[str,
     if guidance:
         user = f"{guidance}\n\n{user}"
     return [{"role": "system", "content": system_prompt(template)}, {"role": "user", "content": user}]
+
+
+def managed_messages(question: str, template: str, notes: str, guidance: str = "") -> list[dict[str, str]]:
+    """The fixed head of a managed-context prompt: the rules, the question and the running notes."""
+    msgs = messages(question, template, guidance)
+    msgs[0]["content"] += "\n" + NOTES_HELP
+    if notes:
+        msgs[1]["content"] += "\n\n" + NOTES.format(notes=notes)
+    return msgs

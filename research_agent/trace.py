@@ -36,6 +36,8 @@ def _steps_html(traj: Trajectory, anchor: str = "step") -> list[str]:
                      f"<code>{e(s.argument)}</code> <span class='meta'>{s.seconds:.2f} s</span>")
         if s.info.get("thought"):
             parts.append(f"<p><i>{e(s.info['thought'])}</i></p>")
+        if s.info.get("notes"):
+            parts.append(f"<p class='meta'>notes: {e(s.info['notes'])}</p>")
         if s.error:
             parts.append(f"<p class='bad'>{e(s.error)}</p>")
         if s.observation:

@@ -2,7 +2,10 @@
 
 A trajectory is kept as one token stream (Search-R1 style): the prompt, then the model's own tokens
 interleaved with tool observations.  ``token_mask`` marks which tokens the model produced, so the
-trainer puts loss only on them and never on retrieved text.  Everything a reward needs (the answer,
+trainer puts loss only on them and never on retrieved text.  With managed context (B4) the model
+does not see that stream: each step's prompt is rebuilt, so each step also keeps the exact prompt
+ids it was given, and the trainer learns from (step prompt, step completion) pairs instead.
+Everything a reward needs (the answer,
 the citations, the text of every chunk the agent saw) travels inside the record, so ``rewards/``
 never has to touch a corpus or a model.
 """
@@ -36,6 +39,9 @@ class Step:
     observation_ids: list[int] = field(default_factory=list)
     seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)  # hits, opened doc id, code result ...
+    # managed context only: the exact prompt this turn was generated from (empty in full mode,
+    # where the prompt is the trajectory's stream up to this turn)
+    prompt_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -83,9 +89,30 @@ class Trajectory:
     def generated_tokens(self) -> int:
         return sum(self.token_mask)
 
+    @property
+    def managed(self) -> bool:
+        """Each step was generated from its own rebuilt prompt (managed context)."""
+        return any(s.prompt_ids for s in self.steps)
+
+    def sequences(self) -> list[tuple[list[int], list[int]]]:
+        """(token ids, loss mask) pairs exactly as the model saw them; mask 1 = the model's tokens.
+
+        Full context: one sequence, the prompt and the whole stream.  Managed context: one sequence
+        per step, that step's prompt and its completion, since no single stream was ever seen.
+        """
+        if not self.managed:
+            return [(self.prompt_ids + self.token_ids, [0] * len(self.prompt_ids) + self.token_mask)]
+        return [(s.prompt_ids + s.completion_ids, [0] * len(s.prompt_ids) + [1] * len(s.completion_ids))
+                for s in self.steps if s.completion_ids]
+
     # ---- serialization -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Empty step prompts are left out, so full-context records are unchanged by managed context."""
+        d = asdict(self)
+        for s in d["steps"]:
+            if not s["prompt_ids"]:
+                del s["prompt_ids"]
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)
@@ -119,3 +146,26 @@ class Trajectory:
                 f"token mask covers {sum(self.token_mask)} model tokens, steps hold {model} model + {obs} "
                 f"observation tokens, stream has {n}"
             )
+        if self.managed:
+            self._check_managed()
+
+    def _check_managed(self) -> None:
+        """Every step has its own prompt within the window; the stream is the steps in order."""
+        missing = [i for i, s in enumerate(self.steps) if not s.prompt_ids]
+        if missing:
+            raise ValueError(f"managed trajectory: steps {missing} have no prompt_ids")
+        if self.steps[0].prompt_ids != self.prompt_ids:
+            raise ValueError("managed trajectory: the first step's prompt is not the trajectory's prompt")
+        stream, mask = [], []
+        for s in self.steps:
+            if len(s.completion_logprobs) != len(s.completion_ids):
+                raise ValueError("managed trajectory: a step's completion ids and log-probs differ in length")
+            stream += s.completion_ids + s.observation_ids
+            mask += [1] * len(s.completion_ids) + [0] * len(s.observation_ids)
+        if stream != self.token_ids or mask != self.token_mask:
+            raise ValueError("managed trajectory: the token stream is not the steps' completions and observations")
+        window = (self.meta.get("config") or {}).get("context_tokens")
+        for i, s in enumerate(self.steps):
+            if window and len(s.prompt_ids) + len(s.completion_ids) > window:
+                raise ValueError(f"managed trajectory: step {i} holds {len(s.prompt_ids)} prompt + "
+                                 f"{len(s.completion_ids)} completion tokens, over context_tokens={window}")

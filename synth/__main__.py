@@ -71,7 +71,8 @@ def cmd_trajectories(args) -> int:
     else:
         policy = load_policy(args.model, endpoint=args.endpoint)
     cfg = AgentConfig(template=args.template, temperature=args.temperature, max_turns=args.max_turns,
-                      max_tool_calls=args.max_tool_calls, max_new_tokens=args.max_new_tokens)
+                      max_tool_calls=args.max_tool_calls, max_new_tokens=args.max_new_tokens,
+                      context=args.context, context_tokens=args.context_tokens)
     stats = synthesize_trajectories(items, policy, browser, args.out, samples=args.samples, config=cfg,
                                     concurrency=args.concurrency)
     if args.memory:
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--max-turns", type=int, default=5)
     t.add_argument("--max-tool-calls", type=int, default=3)
     t.add_argument("--max-new-tokens", type=int, default=64)
+    t.add_argument("--context", choices=["full", "managed"], default="full",
+                   help="managed: each step sees the question, the model's notes and the last result")
+    t.add_argument("--context-tokens", type=int, default=1024, help="managed context: tokens per step")
     t.add_argument("--concurrency", type=int, default=8)
     t.add_argument("--memory", default=None, metavar="DIR",
                    help="add the written trajectories to this case memory (B6); a run is a success by its gold")

@@ -160,7 +160,8 @@ def export_sft(trajs: list[Trajectory], path: str | Path) -> int:
     Teacher and student may not share a tokenizer, so the export is text; the SFT trainer renders
     it with the student's tokenizer exactly as the agent would (``research_agent.train.sft``), with
     observations masked out of the loss.  ``messages`` is the same episode in chat format for other
-    tools.
+    tools.  A managed-context trajectory is marked ``"context": "managed"``: the trainer then rebuilds
+    each turn's prompt from the question, the notes and the previous turn, as the agent did.
     """
     from corpus.packages import atomic_write_text
 
@@ -173,8 +174,10 @@ def export_sft(trajs: list[Trajectory], path: str | Path) -> int:
             if s.observation:
                 messages.append({"role": "tool", "content": s.observation.strip()})
             turns.append({"completion": s.completion, "observation": s.observation})
-        lines.append(json.dumps({"id": t.id, "question": t.question, "template": t.meta.get("template", "fast"),
-                                 "answers": t.gold.get("answers", []), "turns": turns, "messages": messages},
-                                ensure_ascii=False))
+        record = {"id": t.id, "question": t.question, "template": t.meta.get("template", "fast"),
+                  "answers": t.gold.get("answers", []), "turns": turns, "messages": messages}
+        if t.managed:
+            record["context"] = "managed"
+        lines.append(json.dumps(record, ensure_ascii=False))
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)

@@ -76,6 +76,12 @@ class TrainConfig:
                                     "function fits)")
     max_total_tokens: int | None = _f(None, "prompt + trajectory token cap; unset: 1024 research, 4096 code "
                                       "(DataFrameBench prompts run to ~800 tokens and must fit in half)")
+    context: str = _f("full", "rollout context: full (the growing transcript) or managed (Tongyi DeepResearch: each "
+                      "step sees the question, the model's <notes> and the last result, and is trained as its own "
+                      "sequence); sft renders each record in the mode it was recorded in")
+    context_tokens: int = _f(1024, "managed context: the most tokens one step holds, prompt plus turn (also the "
+                             "window managed SFT records are rendered into)")
+    notes_tokens: int = _f(128, "managed context: the model's running notes are cut to this many tokens")
     reward: str | None = _f(None, "reward spec: a name from rewards.REWARDS or 'name:weight,name:weight'; unset: "
                             "f1_penalty (research, seed 003) or code_shaped (code: the seed's shaping; code_torl "
                             "is ToRL's +1/-1/-0.5)")
@@ -110,6 +116,8 @@ class TrainConfig:
             raise ConfigError(f"task_type must be one of {', '.join(TASK_TYPES)}, not {self.task_type!r}")
         if self.task_type == "code" and self.stage != "rl":
             raise ConfigError("SFT renders research trajectories only; train code tasks with stage rl")
+        if self.context not in ("full", "managed"):
+            raise ConfigError(f"context must be full or managed, not {self.context!r}")
         if self.code_mode not in MODES:
             raise ConfigError(f"code_mode must be one of {', '.join(MODES)}, not {self.code_mode!r}")
         for name, value in TASK_DEFAULTS[self.task_type].items():

@@ -150,30 +150,35 @@ def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list
 
 def policy_update(model, opt, params, trajs: list[Trajectory], adv: list[float], chosen: list[int], cfg: TrainConfig,
                   pad_id: int) -> dict:
-    """One optimizer step (or ``ppo_epochs`` of them) on the chosen trajectories; returns loss stats."""
+    """One optimizer step (or ``ppo_epochs`` of them) on the chosen trajectories; returns loss stats.
+
+    The unit is a sequence the model actually saw (``Trajectory.sequences``): a full-context
+    trajectory is one, a managed-context one gives one per step, each carrying the trajectory's
+    advantage.  The old log-probs are recomputed on those same sequences in the first epoch, so the
+    PPO ratio compares each token under the prompt it was generated from.
+    """
     stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0}
-    if not chosen:
+    units = [(i, ids, mask) for i in chosen for ids, mask in trajs[i].sequences()]
+    if not units:
         return stats
     old_cache: dict[int, torch.Tensor] = {}
     ent_sum = 0.0
     for epoch in range(cfg.ppo_epochs):
         opt.zero_grad(set_to_none=True)
-        for mb in range(0, len(chosen), cfg.micro_batch):
-            idx = chosen[mb: mb + cfg.micro_batch]
-            seqs = [trajs[i].prompt_ids + trajs[i].token_ids for i in idx]
-            masks = [[0] * len(trajs[i].prompt_ids) + trajs[i].token_mask for i in idx]
-            ids, attn, lmask = pad_batch(seqs, masks, pad_id)
+        for mb in range(0, len(units), cfg.micro_batch):
+            part = units[mb: mb + cfg.micro_batch]
+            ids, attn, lmask = pad_batch([u[1] for u in part], [u[2] for u in part], pad_id)
             ref = reference_logprobs(model, ids, attn)
             logp, ent = token_logprobs(model, ids, attn, with_entropy=True)
             if epoch == 0:  # on-policy: the first pass defines the old policy
                 old_cache[mb] = logp.detach()
-            a = torch.tensor([adv[i] for i in idx], dtype=torch.float32)
+            a = torch.tensor([adv[u[0]] for u in part], dtype=torch.float32)
             loss, st = policy_gradient_loss(logp, old_cache[mb], ref, a, lmask, kl_coef=cfg.kl_coef,
                                             clip_ratio=cfg.clip_ratio if cfg.ppo_epochs > 1 else None)
-            weight = len(idx) / len(chosen)
+            weight = len(part) / len(units)
             (loss * weight).backward()
             if epoch == 0:
-                stats["loss"] += float(loss) * weight
+                stats["loss"] += float(loss.detach()) * weight
                 stats["kl"] += st["kl"] * weight
                 ent_sum += float((ent * lmask).sum())
                 stats["tokens"] += int(lmask.sum())

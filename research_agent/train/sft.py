@@ -2,8 +2,9 @@
 
 The export is text (teacher and student tokenizers differ), so each example is rendered here with
 the student's tokenizer exactly as the agent renders a live episode: the chat-template prompt,
-then each completion (loss) followed by its observation (no loss).  The resulting adapter is what
-RL starts from (``--init-adapter``).
+then each completion (loss) followed by its observation (no loss).  A managed-context record gives
+one example per turn instead: the prompt the agent would rebuild for that turn, then the turn.
+The resulting adapter is what RL starts from (``--init-adapter``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from corpus.packages import atomic_write_text
 from research_agent import prompts
+from research_agent.context import ContextBudgetError, managed_prompt
 
 from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
@@ -44,6 +46,35 @@ def render_example(tok, record: dict, template: str | None = None, max_tokens: i
     if len(ids) > max_tokens or not any(mask):
         return None
     return ids, mask
+
+
+def render_managed(tok, record: dict, template: str | None, cfg: TrainConfig) -> list[tuple[list[int], list[int]]]:
+    """One (input_ids, loss_mask) per turn of a managed-context record, each within the window."""
+    out: list[tuple[list[int], list[int]]] = []
+    done_c: list[str] = []
+    done_o: list[str] = []
+    for turn in record["turns"]:
+        try:
+            prompt = managed_prompt(tok, record["question"], done_c, done_o,
+                                    template=template or record.get("template", "fast"),
+                                    context_tokens=cfg.context_tokens, notes_tokens=cfg.notes_tokens,
+                                    reserve=cfg.max_new_tokens)
+        except ContextBudgetError:
+            return []
+        c = tok.encode(turn["completion"], add_special_tokens=False)
+        if c and len(prompt) + len(c) <= cfg.context_tokens:
+            out.append((prompt + c, [0] * len(prompt) + [1] * len(c)))
+        done_c.append(turn["completion"])
+        done_o.append(turn.get("observation", ""))
+    return out
+
+
+def render_examples(tok, record: dict, cfg: TrainConfig) -> list[tuple[list[int], list[int]]]:
+    """The training examples of one exported record, in the context mode it was recorded in."""
+    if record.get("context") == "managed":
+        return render_managed(tok, record, cfg.template, cfg)
+    example = render_example(tok, record, cfg.template, cfg.max_total_tokens)
+    return [example] if example else []
 
 
 def load_sft_records(path: str) -> list[dict]:
@@ -74,7 +105,11 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> 
     out = prepare_run(cfg, resume)
     model, tok = setup_lora(cfg, progress=progress)
     records = load_sft_records(cfg.tasks)
-    examples = [e for e in (render_example(tok, r, cfg.template, cfg.max_total_tokens) for r in records) if e]
+    examples, skipped = [], 0
+    for r in records:
+        found = render_examples(tok, r, cfg)
+        examples += found
+        skipped += not found
     if not examples:
         raise SystemExit(f"no usable SFT examples in {cfg.tasks}")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -119,7 +154,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> 
             save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.keep_checkpoints)
     plot_training(metrics_path, out / "training.png")
     save_adapter(model, out / "adapter")
-    summary = {"examples": len(examples), "skipped": len(records) - len(examples), "steps": total,
+    summary = {"examples": len(examples), "skipped": skipped, "steps": total,
                "final": last, "adapter": str(out / "adapter")}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
     return summary

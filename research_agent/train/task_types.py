@@ -88,7 +88,8 @@ def agent_config(cfg: TrainConfig) -> Any:
         return CodeAgentConfig(mode=cfg.code_mode, **limits)
     from research_agent.agent import AgentConfig
 
-    return AgentConfig(template=cfg.template, **limits)
+    return AgentConfig(template=cfg.template, context=cfg.context, context_tokens=cfg.context_tokens,
+                       notes_tokens=cfg.notes_tokens, **limits)
 
 
 def group_items(task: Any, step: int, cfg: TrainConfig) -> list[dict]:
