@@ -28,25 +28,53 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tup
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-prob of each token given its prefix; position t holds log p(x_t | x_<t) (0 at t=0)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+                   with_entropy: bool = False, loss_mask: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each token given its prefix; position t holds log p(x_t | x_<t) (0 at t=0).
+
+    With ``loss_mask`` the vocabulary projection and softmax run only where some row of the batch
+    has a model token (``logits_to_keep``); elsewhere the result is 0.  In agent trajectories most
+    tokens are prompt and observations, and on a CPU the 49k-wide projection and its fp32 softmax
+    over every position are a large share of a training step, so this is the trainer's path.
+    """
+    keep = None
+    if loss_mask is not None:
+        cols = torch.nonzero(loss_mask[:, 1:].sum(0) > 0).squeeze(-1)
+        keep = cols  # logits at column c predict token c + 1
+    out = model(input_ids=input_ids, attention_mask=attention_mask,
+                **({"logits_to_keep": keep} if keep is not None else {}))
+    if keep is None:
+        logits = out.logits[:, :-1].float()
+        targets = input_ids[:, 1:]
+    else:
+        logits = out.logits.float()
+        targets = input_ids[:, keep + 1]
     logp_all = torch.log_softmax(logits, dim=-1)
-    lp = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    lp = F.pad(lp, (1, 0), value=0.0)
+    lp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     ent = None
     if with_entropy:
         with torch.no_grad():
             ent = -(logp_all.exp() * logp_all).sum(-1)
-            ent = F.pad(ent, (1, 0), value=0.0)
+    if keep is None:
+        lp = F.pad(lp, (1, 0), value=0.0)
+        ent = F.pad(ent, (1, 0), value=0.0) if ent is not None else None
+    else:
+        lp = _scatter_columns(lp, keep + 1, input_ids.shape[1])
+        ent = _scatter_columns(ent, keep + 1, input_ids.shape[1]) if ent is not None else None
     return lp, ent
 
 
-def reference_logprobs(model, input_ids, attention_mask) -> torch.Tensor:
+def _scatter_columns(values: torch.Tensor, cols: torch.Tensor, width: int) -> torch.Tensor:
+    """Place per-kept-column values into a zero [batch, width] tensor (differentiable)."""
+    full = values.new_zeros((values.shape[0], width))
+    return full.index_copy(1, cols, values)
+
+
+def reference_logprobs(model, input_ids, attention_mask, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Log-probs under the base model: the LoRA adapter switched off for this forward pass."""
     ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
     with torch.no_grad(), ctx:
-        lp, _ = token_logprobs(model, input_ids, attention_mask)
+        lp, _ = token_logprobs(model, input_ids, attention_mask, loss_mask=loss_mask)
     return lp
 
 
@@ -76,7 +104,7 @@ def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: t
 
 def sft_loss(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
     """Cross-entropy on the model's own tokens only (observations masked)."""
-    lp, _ = token_logprobs(model, input_ids, attention_mask)
+    lp, _ = token_logprobs(model, input_ids, attention_mask, loss_mask=loss_mask)
     m = loss_mask.clone()
     m[:, 0] = 0.0
     return -(lp * m).sum() / m.sum().clamp(min=1.0)

@@ -168,8 +168,8 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list[float],
         for mb in range(0, len(units), cfg.micro_batch):
             part = units[mb: mb + cfg.micro_batch]
             ids, attn, lmask = pad_batch([u[1] for u in part], [u[2] for u in part], pad_id)
-            ref = reference_logprobs(model, ids, attn)
-            logp, ent = token_logprobs(model, ids, attn, with_entropy=True)
+            ref = reference_logprobs(model, ids, attn, loss_mask=lmask)
+            logp, ent = token_logprobs(model, ids, attn, with_entropy=True, loss_mask=lmask)
             if epoch == 0:  # on-policy: the first pass defines the old policy
                 old_cache[mb] = logp.detach()
             a = torch.tensor([adv[u[0]] for u in part], dtype=torch.float32)

@@ -72,3 +72,30 @@ def test_clipped_ratio_bounds_the_update():
     clipped, _ = policy_gradient_loss(logp, old, logp, adv, mask, kl_coef=0.0, clip_ratio=0.2)
     assert float(unclipped) == pytest.approx(-math.exp(0.9), rel=1e-5)
     assert float(clipped) == pytest.approx(-1.2, rel=1e-5)
+
+
+def test_masked_logprobs_match_the_full_projection_and_carry_gradients(smol):
+    """The trainer's path projects onto the vocabulary only at model-token columns; its values
+    (log-probs, entropy) must equal the full computation there and be 0 elsewhere."""
+    from research_agent.train.loss import pad_batch, token_logprobs
+
+    model, tok = smol
+    a = tok.encode("Question: capital of France?\n<search>France</search>", add_special_tokens=False)
+    b = tok.encode("Question: capital of Peru? <answer>Lima</answer>", add_special_tokens=False)
+    ma = [0] * (len(a) - 4) + [1] * 4
+    mb = [0] * 3 + [1] * 2 + [0] * (len(b) - 5)
+    ids, attn, lmask = pad_batch([a, b], [ma, mb], tok.pad_token_id)
+    with torch.no_grad():
+        full, full_ent = token_logprobs(model, ids, attn, with_entropy=True)
+        part, part_ent = token_logprobs(model, ids, attn, with_entropy=True, loss_mask=lmask)
+    used = lmask.bool()
+    assert torch.allclose(part[used], full[used], atol=1e-4)
+    assert torch.allclose(part_ent[used], full_ent[used], atol=1e-3)
+    keep = (lmask[:, 1:].sum(0) > 0)
+    assert torch.all(part[:, 1:][:, ~keep] == 0) and torch.all(part[:, 0] == 0)
+    emb = model.get_input_embeddings().weight
+    emb.grad = None
+    lp, _ = token_logprobs(model, ids, attn, loss_mask=lmask)
+    (lp * lmask).sum().backward()
+    assert emb.grad is not None and float(emb.grad.abs().sum()) > 0
+    model.zero_grad(set_to_none=True)
