@@ -145,7 +145,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> 
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
         sched.step()
-        last = {"step": step + 1, "epoch": epoch, "loss": float(loss), "tokens": int(lmask.sum()),
+        last = {"step": step + 1, "epoch": epoch, "loss": float(loss.detach()), "tokens": int(lmask.sum()),
                 "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
         with open(metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(last) + "\n")
