@@ -7,8 +7,11 @@ N Factbook questions ("What is the capital of X?", from the shipped task set) ar
 
 1. bare ``model.generate`` on one left-padded batch of the N first-turn prompts, same
    ``max_new_tokens`` (the reference: what the hardware does with this model and batch);
-2. ``LocalPolicy.generate`` on the same batch (adds stop strings and log-probs);
+2. ``LocalPolicy.generate`` on the same batch (adds stop strings and log-probs; its decode loop
+   computes the shared system prompt once and drops finished rows);
 3. ``run_batch``: N concurrent trajectories through the LangGraph agent and ``BatchingPolicy``;
+3b. the same with ``prefix_cache=False`` (every turn re-prefills the whole transcript with plain
+   ``model.generate``): what the prefix KV cache buys;
 4. the same N trajectories one at a time through the unbatched ``LocalPolicy`` (what batching buys).
 
 Throughput is generated (model) tokens per wall-clock second: tokens up to EOS for the bare
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="build a tiny Factbook corpus (the questions' countries) in a temp dir instead")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--skip-sequential", action="store_true", help="skip the one-at-a-time run (the slowest)")
+    p.add_argument("--skip-plain", action="store_true", help="skip the agent run without the prefix KV cache")
     args = p.parse_args(argv)
 
     import torch
@@ -153,12 +157,25 @@ def main(argv: list[str] | None = None) -> int:
 
         # 3. N concurrent trajectories through the batched policy
         batched = BatchingPolicy(local, max_batch=args.n, wait_s=args.wait_s)
+        local.cache.clear()  # nothing of step 2 may help the agent run
+        local.cache.hit_tokens = local.cache.fed_tokens = 0
         t0 = time.perf_counter()
         trajs = run_batch(items, batched, browser, config, progress=False, concurrency=args.n)
         agent_s = time.perf_counter() - t0
         agent_tok = sum(t.generated_tokens for t in trajs)
         turns = sum(t.turns for t in trajs)
         calls = batched.calls
+        hit, fed = local.cache.hit_tokens, local.cache.fed_tokens
+
+        # 3b. the same without the prefix cache
+        plain_tok, plain_s = 0, float("nan")
+        if not args.skip_plain:
+            plain = BatchingPolicy(LocalPolicy(model, tok, name=args.model, prefix_cache=False),
+                                   max_batch=args.n, wait_s=args.wait_s)
+            t0 = time.perf_counter()
+            plain_trajs = run_batch(items, plain, browser, config, progress=False, concurrency=args.n)
+            plain_s = time.perf_counter() - t0
+            plain_tok = sum(t.generated_tokens for t in plain_trajs)
 
         # 4. the same trajectories one at a time, no batching
         seq_tok, seq_s, seq_turns = 0, float("nan"), 0
@@ -180,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     print(row(f"bare model.generate, batch of {n} (reference)", bare_tok, bare_s, "1 call"))
     print(row(f"LocalPolicy.generate, batch of {n}, stop strings", pol_tok, pol_s, "1 call"))
     print(row(f"agent run_batch, {n} concurrent (BatchingPolicy)", agent_tok, agent_s,
-              f"{turns} turns in {calls} calls (mean batch {turns / max(1, calls):.1f})"))
+              f"{turns} turns in {calls} calls (mean batch {turns / max(1, calls):.1f}); "
+              f"prompt tokens from cache {hit}, prefilled {fed}"))
+    if not args.skip_plain:
+        print(row(f"agent run_batch, {n} concurrent, no prefix cache", plain_tok, plain_s,
+                  "every turn re-prefills its transcript"))
     if not args.skip_sequential:
         print(row(f"agent, {n} trajectories one at a time", seq_tok, seq_s, f"{seq_turns} turns, batch 1"))
     bare_tps = bare_tok / bare_s if bare_s > 0 else float("nan")

@@ -75,10 +75,20 @@ def cut_at_stop(tokenizer, ids: list[int], stop: list[str] | None, eos_ids: set[
 
 
 class LocalPolicy:
-    """A transformers causal LM (optionally with a peft LoRA adapter), batched generation."""
+    """A transformers causal LM (optionally with a peft LoRA adapter), batched generation.
 
-    def __init__(self, model, tokenizer, name: str = "local"):
+    With ``prefix_cache`` (the default) generation runs our own decode loop over
+    ``research_agent.prefix_cache``: every turn of a trajectory reuses the keys/values of the
+    turns before it, and concurrent trajectories share the system prompt's.  ``prefix_cache=False``
+    calls plain ``model.generate`` on the whole prompt (the reference the cache is tested against).
+    """
+
+    def __init__(self, model, tokenizer, name: str = "local", *, prefix_cache: bool = True,
+                 cache_bytes: int = 1 << 30):
+        from .prefix_cache import PrefixCache
+
         self.model = model
+        self.cache = PrefixCache(max_bytes=cache_bytes) if prefix_cache else None
         self.tokenizer = tokenizer
         self.name = name
         eos = tokenizer.eos_token_id
@@ -91,10 +101,43 @@ class LocalPolicy:
         self._lock = threading.Lock()
 
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
-        import torch
-
         if not prompts:
             return []
+        if self.cache is not None:
+            return self._generate_cached(prompts, max_new_tokens, temperature, stop)
+        return self._generate_plain(prompts, max_new_tokens, temperature, stop)
+
+    def _generate_cached(self, prompts, max_new_tokens, temperature, stop) -> list[Generation]:
+        import torch
+
+        from .prefix_cache import cached_generate
+
+        tok = self.tokenizer
+        stop_hit = None
+        if stop:
+            def stop_hit(ids, _stop=tuple(stop)):  # the tail is enough: stop strings are a few tokens
+                text = tok.decode(ids[-16:], skip_special_tokens=True)
+                return any(s in text for s in _stop)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else min(self.eos_ids)
+        with self._lock, torch.no_grad():
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                rows = cached_generate(self.model, [list(p) for p in prompts], self.cache,
+                                       max_new_tokens=max(1, max_new_tokens), temperature=temperature,
+                                       eos_ids=self.eos_ids, pad_id=pad, stop_hit=stop_hit)
+            finally:
+                if was_training:
+                    self.model.train()
+        results = []
+        for ids, lps, _ in rows:
+            kept, reason = cut_at_stop(tok, ids, stop, self.eos_ids)
+            results.append(Generation(tok.decode(kept, skip_special_tokens=True), kept, lps[: len(kept)], reason))
+        return results
+
+    def _generate_plain(self, prompts, max_new_tokens, temperature, stop) -> list[Generation]:
+        import torch
+
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)

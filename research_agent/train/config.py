@@ -58,7 +58,8 @@ class TrainConfig:
     steps: int = _f(30, "optimizer steps (rl)")
     epochs: int = _f(2, "passes over the SFT data (sft)")
     lr: float = _f(5e-6, "learning rate (seed: 5e-6 for RL; SFT with LoRA usually wants ~1e-4)")
-    kl_coef: float = _f(0.05, "token-level KL penalty to the reference (the base model: adapter disabled)")
+    kl_coef: float = _f(0.05, "token-level KL penalty to the reference (the base model: adapter disabled); 0 skips "
+                        "the reference forward pass (faster; the logged KL is then 0)")
     clip_ratio: float = _f(0.2, "PPO-style ratio clip, used when ppo_epochs > 1 reuses a batch")
     ppo_epochs: int = _f(1, "optimizer passes over one batch of rollouts (1 = on-policy, no clipping needed)")
     micro_batch: int = _f(2, "trajectories per forward/backward (memory vs speed)")

@@ -168,8 +168,10 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list[float],
         for mb in range(0, len(units), cfg.micro_batch):
             part = units[mb: mb + cfg.micro_batch]
             ids, attn, lmask = pad_batch([u[1] for u in part], [u[2] for u in part], pad_id)
-            ref = reference_logprobs(model, ids, attn, loss_mask=lmask)
             logp, ent = token_logprobs(model, ids, attn, with_entropy=True, loss_mask=lmask)
+            # without a KL term the reference pass (a quarter of the step) buys nothing: KL reads 0
+            ref = (reference_logprobs(model, ids, attn, loss_mask=lmask) if cfg.kl_coef > 0
+                   else logp.detach())
             if epoch == 0:  # on-policy: the first pass defines the old policy
                 old_cache[mb] = logp.detach()
             a = torch.tensor([adv[u[0]] for u in part], dtype=torch.float32)

@@ -1,0 +1,242 @@
+"""Prefix KV caching for multi-turn rollouts: each turn only prefills what is new.
+
+An agent turn's prompt is the previous turn's prompt, the tokens the model just wrote and the
+tool's observation.  Re-running the whole transcript through the model every turn (what plain
+``model.generate`` does) makes prefill the dominant cost of a rollout on a CPU.  ``PrefixCache``
+keeps the key/value tensors of finished generations keyed by their token ids;
+``cached_generate`` finds, for every prompt of a batch, the longest cached prefix (of the same
+trajectory's last turn, or of any trajectory sharing the system prompt), and feeds only the rest.
+
+Layout of one batched forward (pads only ever at the left, as in ordinary left-padded
+generation, so the model's own mask handling applies unchanged)::
+
+    row i:  [zeros U-u_i | cached K/V of p_i[:u_i]] [pads N-n_i | p_i[u_i:]]   then one column per new token
+             '----- cache, width U --------------'   '------ input block, width N ------'
+
+where N is the longest uncached suffix in the batch and u_i = max(0, len(p_i) - N): a row whose
+cached prefix is longer than that re-feeds a few cached tokens instead of padding in the middle.
+Finished rows leave the batch (their K/V is stored first), so short answers stop costing compute.
+
+The cache is only valid for the weights that computed it: it is dropped whenever any parameter's
+version counter moves (an optimizer step updates LoRA weights in place), so a trainer never
+decodes with stale keys.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class _Entry:
+    ids: np.ndarray  # int64 token ids whose K/V are stored
+    layers: list  # per layer: (keys, values), each [heads, len(ids), head_dim]
+    nbytes: int
+
+
+class PrefixCache:
+    """An LRU store of per-sequence K/V tensors, bounded in bytes."""
+
+    def __init__(self, max_bytes: int = 1 << 30, min_prefix: int = 16):
+        self.max_bytes = max_bytes
+        self.min_prefix = min_prefix  # shorter matches are not worth a cache copy
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._next = 0
+        self.nbytes = 0
+        self.fingerprint: tuple | None = None
+        self.hit_tokens = 0  # prompt tokens served from the cache (for benchmarks and tests)
+        self.fed_tokens = 0  # prompt tokens run through the model
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.nbytes = 0
+
+    def check_weights(self, fingerprint: tuple) -> None:
+        """Drop everything if the weights changed since the entries were computed."""
+        if fingerprint != self.fingerprint:
+            self.clear()
+            self.fingerprint = fingerprint
+
+    def lookup(self, ids: list[int]) -> tuple[int, _Entry | None]:
+        """The longest stored prefix of ``ids`` (at most ``len(ids) - 1``: one token must be fed)."""
+        query = np.asarray(ids, dtype=np.int64)
+        best, best_key = 0, None
+        for key, entry in self._entries.items():
+            n = min(len(entry.ids), len(query) - 1)
+            if n <= best:
+                continue
+            diff = np.flatnonzero(entry.ids[:n] != query[:n])
+            common = int(diff[0]) if len(diff) else n
+            if common > best:
+                best, best_key = common, key
+        if best_key is None or best < self.min_prefix:
+            return 0, None
+        self._entries.move_to_end(best_key)
+        return best, self._entries[best_key]
+
+    def put(self, ids: list[int], layers: list) -> None:
+        arr = np.asarray(ids, dtype=np.int64)
+        nbytes = sum(k.element_size() * k.nelement() + v.element_size() * v.nelement() for k, v in layers)
+        if nbytes > self.max_bytes:
+            return
+        # an entry this one extends is superseded (a trajectory's previous turn)
+        for key in [k for k, e in self._entries.items()
+                    if len(e.ids) <= len(arr) and np.array_equal(e.ids, arr[: len(e.ids)])]:
+            self.nbytes -= self._entries.pop(key).nbytes
+        self._entries[self._next] = _Entry(arr, layers, nbytes)
+        self._next += 1
+        self.nbytes += nbytes
+        while self.nbytes > self.max_bytes and self._entries:
+            _, old = self._entries.popitem(last=False)
+            self.nbytes -= old.nbytes
+
+
+def weights_fingerprint(model) -> tuple:
+    """Version counters of every parameter: any in-place update (an optimizer step) changes it."""
+    return tuple(p._version for p in model.parameters())
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    n = min(len(p) for p in prompts)
+    for i in range(n):
+        t = prompts[0][i]
+        if any(p[i] != t for p in prompts[1:]):
+            return i
+    return n
+
+
+def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_new_tokens: int,
+                    temperature: float, eos_ids: set[int], pad_id: int, stop_hit=None):
+    """Generate for a batch of prompts, reusing and refilling ``store``.
+
+    Returns, per prompt, (generated ids, log-probs of those ids under the untempered policy, number
+    of generated ids whose K/V were computed).  ``stop_hit(ids) -> bool`` ends a row early (a stop
+    string); EOS ends it too.  Generated ids run up to and including the finishing token.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    store.check_weights(weights_fingerprint(model))
+    # a prefix shared by the whole batch (the system prompt) is computed once, then reused
+    if len(prompts) > 1:
+        shared = _common_prefix(prompts)
+        if shared >= 2 * store.min_prefix and all(store.lookup(p)[0] < shared for p in prompts):
+            _prefill_only(model, prompts[0][:shared], store, pad_id)
+
+    hits = [store.lookup(p) for p in prompts]
+    B = len(prompts)
+    T = [len(p) for p in prompts]
+    N = max(t - c for t, (c, _) in zip(T, hits, strict=True))
+    used = [max(0, t - N) for t in T]
+    U = max(used)
+    starts = [U + N - t for t in T]  # column of each row's first real token
+
+    input_ids = torch.full((B, N), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, U + N), dtype=torch.long)
+    pos = torch.zeros((B, N), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        fed = p[used[i]:]
+        input_ids[i, N - len(fed):] = torch.tensor(fed, dtype=torch.long)
+        attn[i, starts[i]:] = 1
+        pos[i, N - len(fed):] = torch.arange(used[i], T[i])
+        store.hit_tokens += used[i]
+        store.fed_tokens += len(fed)
+
+    cache = DynamicCache()
+    if U > 0:
+        ref = next(e for _, e in hits if e is not None)
+        data = []
+        for layer, (k0, v0) in enumerate(ref.layers):
+            k = torch.zeros((B, k0.shape[0], U, k0.shape[2]), dtype=k0.dtype)
+            v = torch.zeros((B, v0.shape[0], U, v0.shape[2]), dtype=v0.dtype)
+            for i, (_, entry) in enumerate(hits):
+                if used[i]:
+                    k[i, :, U - used[i]:] = entry.layers[layer][0][:, : used[i]]
+                    v[i, :, U - used[i]:] = entry.layers[layer][1][:, : used[i]]
+            data.append((k, v))
+        cache = DynamicCache(ddp_cache_data=data)
+
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True,
+                logits_to_keep=1)
+    cache = out.cache
+    logits = out.logits[:, -1, :]
+
+    gen: list[list[int]] = [[] for _ in range(B)]
+    lps: list[list[float]] = [[] for _ in range(B)]
+    fed_new = [0] * B
+    active = list(range(B))  # original row index of each current batch row
+    next_pos = torch.tensor(T, dtype=torch.long)
+    while True:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        if temperature > 0:
+            probs = torch.softmax(logits.float() / temperature, dim=-1)
+            chosen = torch.multinomial(probs, 1).squeeze(-1)
+        else:
+            chosen = logp.argmax(dim=-1)
+        chosen_lp = logp.gather(-1, chosen[:, None]).squeeze(-1).tolist()
+        chosen = chosen.tolist()
+        keep = []
+        for b, row in enumerate(active):
+            tok = chosen[b]
+            gen[row].append(tok)
+            lps[row].append(chosen_lp[b])
+            done = (tok in eos_ids or len(gen[row]) >= max_new_tokens
+                    or (stop_hit is not None and stop_hit(gen[row])))
+            if done:
+                _store_row(store, cache, b, starts[row], prompts[row] + gen[row][: fed_new[row]])
+            else:
+                keep.append(b)
+        if not keep:
+            break
+        if len(keep) < len(active):
+            index = torch.tensor(keep, dtype=torch.long)
+            for layer in cache.layers:
+                layer.keys = layer.keys.index_select(0, index)
+                layer.values = layer.values.index_select(0, index)
+            attn = attn.index_select(0, index)
+            active = [active[b] for b in keep]
+        step_ids = torch.tensor([[chosen[b]] for b in keep], dtype=torch.long)
+        rows = torch.tensor(active, dtype=torch.long)
+        step_pos = (next_pos[rows] + torch.tensor([fed_new[r] for r in active]))[:, None]
+        attn = torch.cat([attn, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+        out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache, use_cache=True,
+                    logits_to_keep=1)
+        cache = out.cache
+        logits = out.logits[:, -1, :]
+        for r in active:
+            fed_new[r] += 1
+    return [(gen[i], lps[i], fed_new[i]) for i in range(B)]
+
+
+def _store_row(store: PrefixCache, cache, b: int, start: int, ids: list[int]) -> None:
+    n = len(ids)
+    layers = [(layer.keys[b, :, start: start + n].clone(), layer.values[b, :, start: start + n].clone())
+              for layer in cache.layers]
+    store.put(ids, layers)
+
+
+def _prefill_only(model, ids: list[int], store: PrefixCache, pad_id: int) -> None:
+    """Compute and store the K/V of ``ids`` (extending the best cached prefix)."""
+    import torch
+    from transformers import DynamicCache
+
+    have, entry = store.lookup(ids + [pad_id])  # the lookup keeps one token to feed; here all may be cached
+    if have >= len(ids):
+        return
+    cache = DynamicCache()
+    if entry is not None and have:
+        cache = DynamicCache(ddp_cache_data=[(k[None, :, :have].clone(), v[None, :, :have].clone())
+                                             for k, v in entry.layers])
+    fed = ids[have:]
+    out = model(input_ids=torch.tensor([fed], dtype=torch.long),
+                attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
+                position_ids=torch.arange(have, len(ids))[None, :], cache=cache, use_cache=True, logits_to_keep=1)
+    store.hit_tokens += have
+    store.fed_tokens += len(fed)
+    _store_row(store, out.cache, 0, 0, list(ids))

@@ -1,0 +1,115 @@
+"""Prefix KV caching must not change what the policy generates, only how much it prefills."""
+
+import pytest
+import torch
+
+from research_agent.policy import LocalPolicy
+from research_agent.prefix_cache import PrefixCache
+
+STOP = ["</search>", "</answer>"]
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from research_agent.models import load_model
+
+    return load_model("smollm2-135m", progress=False)
+
+
+def _prompts(tok, questions):
+    rules = "You research questions. Search with <search>query</search>, answer with <answer>text</answer>. " * 4
+    out = []
+    for q in questions:
+        ids = tok.apply_chat_template([{"role": "system", "content": rules}, {"role": "user", "content": q}],
+                                      add_generation_prompt=True, tokenize=True)
+        out.append(list(ids["input_ids"] if hasattr(ids, "input_ids") else ids))
+    return out
+
+
+def _same(a, b):
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert [g.finish_reason for g in a] == [g.finish_reason for g in b]
+    for x, y in zip(a, b, strict=True):
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-3)
+
+
+def test_cached_turns_match_plain_generate(smol):
+    model, tok = smol
+    plain = LocalPolicy(model, tok, prefix_cache=False)
+    cached = LocalPolicy(model, tok)
+    prompts = _prompts(tok, ["What is the capital of France?", "Which country borders Spain and Morocco?",
+                             "What is the population of Kenya?"])
+    first_a = plain.generate(prompts, max_new_tokens=20, stop=STOP)
+    first_b = cached.generate(prompts, max_new_tokens=20, stop=STOP)
+    _same(first_a, first_b)
+    # the system prompt is shared: computed once, not three times
+    assert cached.cache.hit_tokens > 0
+    # second turn: each row continues its own transcript with observations of different lengths,
+    # and a brand-new trajectory joins the batch (its short prompt is padded, never mid-row)
+    obs = tok.encode("\n<result>[factbook/fr#0] France ... capital: Paris</result>\n", add_special_tokens=False)
+    turn2 = [p + g.token_ids + obs * (i + 1) for i, (p, g) in enumerate(zip(prompts, first_a, strict=True))]
+    turn2 += _prompts(tok, ["Capital of Peru?"])
+    hit_before = cached.cache.hit_tokens
+    _same(plain.generate(turn2, max_new_tokens=20, stop=STOP), cached.generate(turn2, max_new_tokens=20, stop=STOP))
+    # the continuing rows reused at least their previous prompts
+    assert cached.cache.hit_tokens - hit_before >= sum(len(p) for p in prompts)
+
+
+def test_weight_update_drops_the_cache(smol):
+    model, tok = smol
+    cached = LocalPolicy(model, tok)
+    prompts = _prompts(tok, ["What is the capital of Chile?", "What is the capital of Japan?"])
+    cached.generate(prompts, max_new_tokens=8)
+    assert len(cached.cache) > 0
+    w = model.get_output_embeddings().weight if model.get_output_embeddings() is not None else None
+    param = next(p for p in model.parameters() if p is not w)
+    with torch.no_grad():
+        param.mul_(1.0)  # an in-place update, like an optimizer step (values unchanged, version moves)
+    hit = cached.cache.hit_tokens
+    cached.generate(prompts[:1], max_new_tokens=4)
+    assert cached.cache.hit_tokens == hit  # nothing stale was reused
+
+
+def test_lora_model_matches_plain(smol):
+    from peft import LoraConfig, get_peft_model
+
+    model, tok = smol
+    lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                            lora_dropout=0.0, init_lora_weights=False))
+    try:
+        prompts = _prompts(tok, ["What is the area of Chad?", "Who borders Niger?"])
+        plain = LocalPolicy(lora, tok, prefix_cache=False)
+        cached = LocalPolicy(lora, tok)
+        _same(plain.generate(prompts, max_new_tokens=12, stop=STOP), cached.generate(prompts, max_new_tokens=12, stop=STOP))
+        turn2 = [p + g.token_ids + [13, 13] for p, g in zip(prompts, plain.generate(prompts, max_new_tokens=12), strict=True)]
+        _same(plain.generate(turn2, max_new_tokens=12, stop=STOP), cached.generate(turn2, max_new_tokens=12, stop=STOP))
+    finally:
+        lora.unload()
+
+
+def _layers(n, heads=2, dim=4):
+    return [(torch.randn(heads, n, dim), torch.randn(heads, n, dim)) for _ in range(3)]
+
+
+def test_store_longest_prefix_supersede_and_budget():
+    store = PrefixCache(max_bytes=10**9, min_prefix=2)
+    store.put([1, 2, 3, 4], _layers(4))
+    store.put([1, 2, 9], _layers(3))
+    n, entry = store.lookup([1, 2, 3, 4, 5, 6])
+    assert n == 4 and list(entry.ids) == [1, 2, 3, 4]
+    n, entry = store.lookup([1, 2, 9, 7])
+    assert n == 3
+    # an exact repeat keeps one token to feed
+    n, _ = store.lookup([1, 2, 3, 4])
+    assert n == 3
+    assert store.lookup([5, 6, 7]) == (0, None)
+    # a continuation replaces the entry it extends
+    store.put([1, 2, 3, 4, 5, 6], _layers(6))
+    assert len(store) == 2
+    # the byte budget evicts least recently used entries
+    one = sum(k.nbytes + v.nbytes for k, v in _layers(6))
+    small = PrefixCache(max_bytes=int(one * 1.5), min_prefix=1)
+    small.put([1, 2, 3, 4, 5, 6], _layers(6))
+    small.put([7, 8, 9, 10, 11, 12], _layers(6))
+    assert len(small) == 1 and small.lookup([7, 8, 9, 10, 11, 12, 13])[0] == 6
+    assert small.nbytes <= small.max_bytes
