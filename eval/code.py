@@ -177,6 +177,8 @@ def evaluate_mode(
     """One mode into ``mode_dir`` (resumable by task id); returns and saves its results."""
     mode_dir.mkdir(parents=True, exist_ok=True)
     run = {"schema": RUN_SCHEMA, "mode": config.mode, "agent_config": config.to_dict(), **run_info}
+    if config.mode != "multi-tool":
+        run["docs"] = None  # only multi-tool reads the docs: the other modes resume whatever index is named
     _start_mode(mode_dir, run)
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):

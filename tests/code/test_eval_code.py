@@ -107,6 +107,12 @@ def test_all_modes_write_results_table_and_plot_and_resume(smol, tasks, docs, tm
     calls = policy.calls
     again = evaluate_code(tasks, policy, docs, ["no-tools"], out, run_info=info, progress=False)
     assert policy.calls == calls and again["modes"]["no-tools"]["pass_at_1"] == 0.5  # resumed, nothing rerun
+    # modes that never read the docs resume whatever docs index a later invocation names
+    other_docs = {**info, "docs": "/somewhere/else"}
+    again = evaluate_code(tasks, policy, docs, ["code-only"], out, run_info=other_docs, progress=False)
+    assert policy.calls == calls and again["modes"]["code-only"]["pass_at_1"] == 0.5
+    with pytest.raises(RunDirError, match="docs"):
+        evaluate_code(tasks, policy, docs, ["multi-tool"], out, run_info=other_docs, progress=False)
     with pytest.raises(RunDirError, match="different run"):
         evaluate_code(
             tasks, policy, docs, ["no-tools"], out, run_info={**info, "model": "other"}, progress=False
