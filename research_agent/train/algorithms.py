@@ -6,6 +6,7 @@ Rewards arrive as a flat list ordered group by group (the G trajectories of one 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 
 def group_advantages(rewards: list[float], group_size: int, algorithm: str = "reinforce",
@@ -59,3 +60,69 @@ def keep_groups(rewards: list[float], correct: list[bool], group_size: int, *, l
             ok = False
         keep.append(ok)
     return keep
+
+
+def anchor_state(traj, t: int) -> str:
+    """The environment state a step starts from: what the previous tool call returned.
+
+    GiGPO groups steps of a group's trajectories that start from the same state (here: the same
+    observation text — the same search results, the same opened page), so their actions can be
+    compared against each other.  Every first turn starts from the question alone.
+    """
+    if t == 0:
+        return "<start>"
+    prev = traj.steps[t - 1]
+    return f"{prev.action}\x00{prev.observation.strip()}"
+
+
+def gigpo_advantages(trajs: list, rewards: list[float], group_size: int, *, gamma: float = 0.95,
+                     omega: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    """Per-step advantages of GiGPO (group-in-group policy optimization, E6).
+
+    advantage(step t of trajectory i) = episode advantage of i (GRPO: reward normalized within its
+    group) + omega × step advantage, where the step advantage normalizes the discounted return
+    gamma^(steps after t) × reward among the group's steps that share t's anchor state.  A step
+    whose state no other step of the group reached gets no step term.  Sparse final rewards thus
+    still credit individual turns: among the first turns, the ones that led to shorter successful
+    trajectories score higher; after identical search results, the better next action does.
+    """
+    n = len(rewards)
+    if len(trajs) != n:
+        raise ValueError(f"{len(trajs)} trajectories for {n} rewards")
+    episode = group_advantages(rewards, group_size, "grpo", eps)
+    out = [[episode[i]] * len(t.steps) for i, t in enumerate(trajs)]
+    for g in range(0, n, group_size):
+        buckets: dict[str, list[tuple[int, int, float]]] = defaultdict(list)
+        for i in range(g, g + group_size):
+            steps = trajs[i].steps
+            for t in range(len(steps)):
+                buckets[anchor_state(trajs[i], t)].append((i, t, gamma ** (len(steps) - 1 - t) * rewards[i]))
+        for members in buckets.values():
+            if len(members) < 2:
+                continue
+            rets = [m[2] for m in members]
+            mean = sum(rets) / len(rets)
+            std = math.sqrt(sum((r - mean) ** 2 for r in rets) / len(rets))
+            if std < eps:
+                continue
+            for i, t, r in members:
+                out[i][t] += omega * (r - mean) / (std + eps)
+    return out
+
+
+def sequence_advantages(traj, adv) -> list[list[float] | float]:
+    """The advantage of each of ``traj.sequences()``: the trajectory's scalar, or (per-step
+    advantages) one value per token, the step's advantage on its completion tokens, 0 elsewhere."""
+    seqs = traj.sequences()
+    if not isinstance(adv, list):
+        return [float(adv)] * len(seqs)
+    if len(adv) != len(traj.steps):
+        raise ValueError(f"{len(adv)} step advantages for {len(traj.steps)} steps")
+    if traj.managed:
+        per_step = [a for a, s in zip(adv, traj.steps, strict=True) if s.completion_ids]
+        return [[0.0] * len(s.prompt_ids) + [a] * len(s.completion_ids)
+                for a, s in zip(per_step, [s for s in traj.steps if s.completion_ids], strict=True)]
+    tokens = [0.0] * len(traj.prompt_ids)
+    for a, s in zip(adv, traj.steps, strict=True):
+        tokens += [a] * len(s.completion_ids) + [0.0] * len(s.observation_ids)
+    return [tokens]

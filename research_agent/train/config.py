@@ -52,7 +52,10 @@ class TrainConfig:
                                  "(empty: the default stdlib + data-science set)")
     out: str = _f("runs/train", "run directory: config, metrics.jsonl, plots, checkpoints/")
     algorithm: str = _f("reinforce", "reinforce (batch-mean baseline; seed 003's most stable), grpo "
-                        "(group-normalized advantages), rloo (leave-one-out baseline)")
+                        "(group-normalized advantages), rloo (leave-one-out baseline), gigpo (GRPO plus "
+                        "step-level advantages among steps that start from the same observation)")
+    gigpo_gamma: float = _f(0.95, "gigpo: discount of the final reward per later step (step returns)")
+    gigpo_omega: float = _f(1.0, "gigpo: weight of the step-level advantage added to the episode one")
     group_size: int = _f(4, "trajectories per prompt (G)")
     prompts_per_step: int = _f(2, "prompts per optimizer step; the batch is prompts_per_step × group_size")
     steps: int = _f(30, "optimizer steps (rl)")
@@ -111,8 +114,8 @@ class TrainConfig:
 
         if self.stage not in ("rl", "sft"):
             raise ConfigError(f"stage must be rl or sft, not {self.stage!r}")
-        if self.algorithm not in ("reinforce", "grpo", "rloo"):
-            raise ConfigError(f"algorithm must be reinforce, grpo or rloo, not {self.algorithm!r}")
+        if self.algorithm not in ("reinforce", "grpo", "rloo", "gigpo"):
+            raise ConfigError(f"algorithm must be reinforce, grpo, rloo or gigpo, not {self.algorithm!r}")
         if self.task_type not in TASK_TYPES:
             raise ConfigError(f"task_type must be one of {', '.join(TASK_TYPES)}, not {self.task_type!r}")
         if self.task_type == "code" and self.stage != "rl":

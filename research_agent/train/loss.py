@@ -86,7 +86,7 @@ def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: t
     ratio = exp(logp − old_logp) (1 on-policy); with ``clip_ratio`` the PPO clipped objective.
     KL uses the k3 estimator exp(ref − logp) − (ref − logp) − 1, which is ≥ 0.
     """
-    adv = advantages.unsqueeze(-1)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # per sequence or per token
     ratio = torch.exp(logp - old_logp)
     surrogate = ratio * adv
     if clip_ratio is not None:

@@ -25,7 +25,7 @@ from corpus.packages import atomic_write_text
 from research_agent.policy import LocalPolicy
 from research_agent.trajectory import Trajectory
 
-from .algorithms import group_advantages, keep_groups
+from .algorithms import gigpo_advantages, group_advantages, keep_groups, sequence_advantages
 from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
 from .loss import pad_batch, policy_gradient_loss, reference_logprobs, token_logprobs
@@ -148,17 +148,19 @@ def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list
     return m
 
 
-def policy_update(model, opt, params, trajs: list[Trajectory], adv: list[float], chosen: list[int], cfg: TrainConfig,
+def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen: list[int], cfg: TrainConfig,
                   pad_id: int) -> dict:
     """One optimizer step (or ``ppo_epochs`` of them) on the chosen trajectories; returns loss stats.
 
     The unit is a sequence the model actually saw (``Trajectory.sequences``): a full-context
     trajectory is one, a managed-context one gives one per step, each carrying the trajectory's
     advantage.  The old log-probs are recomputed on those same sequences in the first epoch, so the
-    PPO ratio compares each token under the prompt it was generated from.
+    PPO ratio compares each token under the prompt it was generated from.  ``adv[i]`` is trajectory
+    i's advantage, or (GiGPO) a list with one advantage per step, applied to that step's tokens.
     """
     stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0}
-    units = [(i, ids, mask) for i in chosen for ids, mask in trajs[i].sequences()]
+    units = [(a, ids, mask) for i in chosen
+             for (ids, mask), a in zip(trajs[i].sequences(), sequence_advantages(trajs[i], adv[i]), strict=True)]
     if not units:
         return stats
     old_cache: dict[int, torch.Tensor] = {}
@@ -174,7 +176,12 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list[float],
                    else logp.detach())
             if epoch == 0:  # on-policy: the first pass defines the old policy
                 old_cache[mb] = logp.detach()
-            a = torch.tensor([adv[u[0]] for u in part], dtype=torch.float32)
+            if any(isinstance(u[0], list) for u in part):  # per-token advantages (GiGPO), padded like ids
+                a = torch.zeros_like(lmask)
+                for r, u in enumerate(part):
+                    a[r, : len(u[0])] = torch.tensor(u[0], dtype=torch.float32)
+            else:
+                a = torch.tensor([u[0] for u in part], dtype=torch.float32)
             loss, st = policy_gradient_loss(logp, old_cache[mb], ref, a, lmask, kl_coef=cfg.kl_coef,
                                             clip_ratio=cfg.clip_ratio if cfg.ppo_epochs > 1 else None)
             weight = len(part) / len(units)
@@ -228,7 +235,10 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         results = [safe_reward(t, step) for t in trajs]
         rewards = [r.score for r in results]
         correct = [is_correct(t, cfg) for t in trajs]
-        adv = group_advantages(rewards, cfg.group_size, cfg.algorithm)
+        if cfg.algorithm == "gigpo":
+            adv = gigpo_advantages(trajs, rewards, cfg.group_size, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega)
+        else:
+            adv = group_advantages(rewards, cfg.group_size, cfg.algorithm)
         keep_g = keep_groups(rewards, correct, cfg.group_size, low=cfg.filter_low, high=cfg.filter_high,
                              zero_variance=cfg.filter_zero_variance)
         chosen = [i for i, t in enumerate(trajs)

@@ -99,3 +99,60 @@ def test_masked_logprobs_match_the_full_projection_and_carry_gradients(smol):
     (lp * lmask).sum().backward()
     assert emb.grad is not None and float(emb.grad.abs().sum()) > 0
     model.zero_grad(set_to_none=True)
+
+
+def _traj(steps, prompt_len=3):
+    """A full-context trajectory from (action, observation, completion length, observation length)."""
+    from research_agent.trajectory import Step, Trajectory
+
+    t = Trajectory(question="q", prompt_ids=list(range(prompt_len)))
+    for action, obs, n_model, n_obs in steps:
+        t.steps.append(Step(action=action, observation=obs, completion_ids=[7] * n_model,
+                            completion_logprobs=[0.0] * n_model, observation_ids=[8] * n_obs))
+        t.token_ids += [7] * n_model + [8] * n_obs
+        t.token_mask += [1] * n_model + [0] * n_obs
+        t.logprobs += [0.0] * (n_model + n_obs)
+    return t
+
+
+def test_gigpo_adds_step_advantages_within_anchor_states():
+    from research_agent.train.algorithms import gigpo_advantages
+
+    # one group of 3: A searches then answers right (reward 1); B makes the same search, gets the
+    # same results, answers wrong (0); C answers at once, wrong (0)
+    a = _traj([("search", "hits X", 2, 2), ("answer", "", 2, 0)])
+    b = _traj([("search", "hits X", 2, 2), ("answer", "", 2, 0)])
+    c = _traj([("answer", "", 2, 0)])
+    adv = gigpo_advantages([a, b, c], [1.0, 0.0, 0.0], 3, gamma=0.5, omega=1.0)
+    # episode (GRPO): mean 1/3, std sqrt(2)/3 → A +1.4142, B and C −0.7071
+    ep_a, ep_bc = (1 - 1 / 3) / (math.sqrt(2) / 3), (0 - 1 / 3) / (math.sqrt(2) / 3)
+    # first turns share the start state; returns 0.5·1, 0.5·0, 1·0 → mean 1/6, std sqrt(1/18)
+    s = math.sqrt(1 / 18)
+    first = [(0.5 - 1 / 6) / s, (0 - 1 / 6) / s, (0 - 1 / 6) / s]
+    # A's and B's second turns start from the same results: returns 1 vs 0 → ±1
+    assert adv[0] == pytest.approx([ep_a + first[0], ep_a + 1.0], abs=1e-4)
+    assert adv[1] == pytest.approx([ep_bc + first[1], ep_bc - 1.0], abs=1e-4)
+    assert adv[2] == pytest.approx([ep_bc + first[2]], abs=1e-4)
+    # a state reached by one trajectory only gets no step term; flat returns neither
+    d = _traj([("search", "other hits", 2, 2), ("answer", "", 2, 0)])
+    adv = gigpo_advantages([a, d], [1.0, 1.0], 2)
+    assert adv == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_gigpo_token_advantages_follow_the_steps_and_drive_the_loss():
+    from research_agent.train.algorithms import sequence_advantages
+
+    t = _traj([("search", "hits", 2, 3), ("answer", "", 1, 0)], prompt_len=2)
+    [(ids, mask)] = t.sequences()
+    [tok] = sequence_advantages(t, [0.5, -2.0])
+    assert tok == [0, 0, 0.5, 0.5, 0, 0, 0, -2.0]
+    assert [m for m in mask] == [int(a != 0) for a in tok]
+    assert sequence_advantages(t, 0.25) == [0.25]
+    with pytest.raises(ValueError, match="step advantages"):
+        sequence_advantages(t, [1.0])
+    # per-token advantages weigh each token's log-prob by its own step's advantage
+    logp = torch.zeros(1, len(ids), requires_grad=True)
+    m = torch.tensor([mask], dtype=torch.float32)
+    loss, _ = policy_gradient_loss(logp, logp.detach(), logp.detach(), torch.tensor([tok]), m, kl_coef=0.0)
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([-a / 3 for a in tok])

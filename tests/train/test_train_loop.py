@@ -35,7 +35,8 @@ def _trajectories(tok, browser):
     return [good, bad]
 
 
-def test_one_update_moves_lora_weights_and_no_base_weight(small_browser):
+@pytest.mark.parametrize("adv", [[1.0, -1.0], [[0.0, 1.0], [0.0, -1.0]]], ids=["per-trajectory", "per-step"])
+def test_one_update_moves_lora_weights_and_no_base_weight(small_browser, adv):
     cfg = TrainConfig(lr=1e-3, micro_batch=2, kl_coef=0.05)
     model, tok = setup_lora(cfg, progress=False)
     trajs = _trajectories(tok, small_browser)
@@ -44,7 +45,7 @@ def test_one_update_moves_lora_weights_and_no_base_weight(small_browser):
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     model.train()
-    stats = policy_update(model, opt, params, trajs, [1.0, -1.0], [0, 1], cfg, tok.pad_token_id)
+    stats = policy_update(model, opt, params, trajs, adv, [0, 1], cfg, tok.pad_token_id)
     assert stats["tokens"] == sum(t.generated_tokens for t in trajs)
     assert all(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
     moved = [n for n, p in model.named_parameters() if "lora_" in n and not torch.equal(p, lora[n])]
