@@ -216,10 +216,32 @@ def load_jsonl(path: Path) -> tuple[list[dict], CorpusSpec]:
     return items, CorpusSpec()
 
 
+# ---- the shipped Factbook task set (research_agent/data), split by document -------------------
+
+
+def factbook_tasks_file() -> Path:
+    from research_agent.train.task_types import default_task_file
+
+    return default_task_file()
+
+
+def _factbook_split(split: str) -> Callable[..., tuple[list[dict], CorpusSpec]]:
+    """The trainer's task file restricted to one split: the held-out sets of every training result."""
+
+    def load(path: Path | None = None) -> tuple[list[dict], CorpusSpec]:
+        items, spec = load_jsonl(Path(path or factbook_tasks_file()))
+        return [it for it in items if it.get("split") == split], spec
+
+    return load
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[..., tuple[list[dict], CorpusSpec]]]] = {
     "squad-open": ("SQuAD v1.1 dev, open-domain over its 2,067 paragraphs", load_squad_open),
     "strategyqa": ("StrategyQA yes/no, against the default corpus", load_strategyqa),
     "simpleqa": ("SimpleQA probe: honest 'not found' vs hallucination", load_simpleqa),
+    "factbook-test": ("the shipped Factbook task set's test split (held out from training by document)",
+                      _factbook_split("test")),
+    "factbook-dev": ("the shipped Factbook task set's dev split", _factbook_split("dev")),
 }
 
 

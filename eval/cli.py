@@ -47,7 +47,9 @@ def agent_config(pairs: list[str]) -> Any:
 
 def _add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--bench", required=True, help="benchmark name (squad-open, strategyqa, simpleqa) or a JSONL file"
+        "--bench",
+        required=True,
+        help="benchmark name (squad-open, strategyqa, simpleqa, factbook-test, factbook-dev) or a JSONL file",
     )
     p.add_argument(
         "--bench-file",

@@ -11,7 +11,13 @@ import tarfile
 import pytest
 
 from corpus.packages import FetchError
-from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, load_benchmark, parse_strategyqa
+from eval.benchmarks import (
+    BenchmarkFormatError,
+    CorpusSpec,
+    UnknownBenchmark,
+    load_benchmark,
+    parse_strategyqa,
+)
 from eval.fetch import extract_members
 
 SQUAD = {
@@ -158,12 +164,29 @@ def test_limit_and_seed_give_prefix_stable_subsets(tmp_path):
     assert len(load_benchmark(str(path))[0]) == 50
 
 
+def test_factbook_splits_are_the_trainers_held_out_sets():
+    from research_agent.train.config import TrainConfig
+    from research_agent.train.task_types import load_tasks
+
+    test, spec = load_benchmark("factbook-test")
+    dev, _ = load_benchmark("factbook-dev")
+    assert test and dev and spec == CorpusSpec()
+    assert {it["split"] for it in test} == {"test"} and {it["split"] for it in dev} == {"dev"}
+    train_ids = {str(t["id"]) for t in load_tasks(TrainConfig(split="train"))}
+    assert train_ids and not train_ids & {it["id"] for it in test + dev}
+    # split by document: every held-out question involves a country no training question mentions
+    # (a two-hop question's answer page may still be a training page; one-hop questions are fully unseen)
+    train_docs = {d for t in load_tasks(TrainConfig(split="train")) for d in t.get("supporting_docs", [])}
+    assert all(set(it["supporting_docs"]) - train_docs for it in test + dev)
+    assert all(not set(it["supporting_docs"]) & train_docs for it in test if it["hops"] == 1)
+
+
 def test_unknown_benchmark_lists_the_known_ones():
     with pytest.raises(UnknownBenchmark) as err:
         load_benchmark("hotpotqa-distractor")
     msg = str(err.value)
     assert "hotpotqa-distractor" in msg
-    for name in ("squad-open", "strategyqa", "simpleqa", ".jsonl"):
+    for name in ("squad-open", "strategyqa", "simpleqa", "factbook-test", ".jsonl"):
         assert name in msg
 
 
