@@ -14,6 +14,7 @@ from typing import Any
 
 from corpus.packages import atomic_write_text
 from eval.metrics import FUNNEL_STAGES
+from eval.paired import paired_stats, paired_table, run_scores
 from eval.rundir import load_results
 
 # Rows of the table, in reading order: accuracy, honesty, evidence, effort.
@@ -132,7 +133,8 @@ def plot_funnel(labels: list[str], metrics: list[dict[str, float]], path: Path) 
 
 
 def compare_runs(run_dirs: list[str | Path], out_dir: str | Path) -> str:
-    """Load each run's results, write ``table.md``, ``metrics.png`` and ``funnel.png``; return the table."""
+    """Load each run's results, write ``table.md``, ``metrics.png``, ``funnel.png`` and (two runs or
+    more) ``paired.md``, each later run against the first question by question; return the tables."""
     if not run_dirs:
         raise ValueError("give at least one run directory to compare")
     dirs = [Path(d) for d in run_dirs]
@@ -153,4 +155,10 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path) -> str:
     atomic_write_text(out / "table.md", table + "\n")
     plot_metrics(labels, metrics, out / "metrics.png")
     plot_funnel(labels, metrics, out / "funnel.png")
+    if len(dirs) > 1:  # every later run paired against the first, question by question
+        base = run_scores(dirs[0])
+        stats = [paired_stats(base, run_scores(d)) for d in dirs[1:]]
+        paired = paired_table(labels[1:], stats, labels[0])
+        atomic_write_text(out / "paired.md", paired + "\n")
+        table += "\n\n" + paired
     return table

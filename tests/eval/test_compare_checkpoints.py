@@ -43,10 +43,34 @@ def test_compare_writes_table_and_plots(make_run, tmp_path):
     em = next(line for line in lines if line.startswith("| em "))
     assert em.split("|")[2].strip() == "0.250" and em.split("|")[3].strip() == "0.750"
     assert any(line.startswith("| funnel_retrieved_rate") for line in lines)
-    assert (tmp_path / "cmp" / "table.md").read_text().strip() == table
+    assert table.startswith((tmp_path / "cmp" / "table.md").read_text().strip())
+    # paired by question: q1 and q2 went wrong → right, q0 stayed wrong, q3 stayed right
+    paired = (tmp_path / "cmp" / "paired.md").read_text()
+    assert paired.strip() in table
+    row = next(line for line in paired.splitlines() if line.startswith("| rl "))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[:5] == ["rl", "4", "2", "0", "0.500"]  # two-sided sign test: 2 × (1/2)^2
+    assert cells[5] == "+0.500"
     for png in ("metrics.png", "funnel.png"):
         data = (tmp_path / "cmp" / png).read_bytes()
         assert data.startswith(PNG) and len(data) > 2000
+
+
+def test_sign_test_and_paired_bootstrap():
+    from eval.paired import paired_stats, sign_test_p
+
+    assert sign_test_p(0, 0) == 1.0
+    assert sign_test_p(5, 0) == pytest.approx(2 / 32)
+    assert sign_test_p(9, 1) == pytest.approx(2 * 11 / 1024)
+    assert sign_test_p(3, 3) == 1.0
+    base = {f"q{i}": {"em": 0.0, "f1": 0.0} for i in range(40)}
+    better = {f"q{i}": {"em": float(i < 10), "f1": float(i < 10)} for i in range(40)}
+    s = paired_stats(base, better)
+    assert (s["n"], s["em_wins"], s["em_losses"]) == (40, 10, 0) and s["sign_test_p"] < 0.01
+    assert s["f1_diff"] == pytest.approx(0.25)
+    assert 0.1 < s["f1_ci"][0] < 0.25 < s["f1_ci"][1] <= 0.41  # ± ~2 standard errors (0.068)
+    # only shared questions count
+    assert paired_stats(base, {"q0": {"em": 1.0, "f1": 1.0}, "x": {"em": 1.0, "f1": 1.0}})["n"] == 1
 
 
 def test_compare_cli_and_bad_run_dirs(make_run, tmp_path, capsys):
