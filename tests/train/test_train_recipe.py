@@ -1,0 +1,86 @@
+"""The one-command recipe: its stages are the package's CLIs, finished stages are skipped, a failed
+stage stops with a clear message and leaves no marker, an interrupted RL run resumes."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from research_agent.train.recipe import Recipe, StageFailed, main, run_recipe, run_stage, stages
+
+
+def test_stages_chain_the_package_clis_in_order(tmp_path):
+    r = Recipe(out=tmp_path)
+    plan = stages(r)
+    names = [n for n, _, _ in plan]
+    assert names == ["demonstrations", "sft-export", "sft", "rl", "eval-base", "eval-sft", "eval-rl", "compare"]
+    argv = {n: a for n, _, a in plan}
+    # each stage reads what the one before wrote
+    assert argv["sft-export"][argv["sft-export"].index("--trajectories") + 1] == str(tmp_path / "demonstrations")
+    assert argv["sft"][argv["sft"].index("--tasks") + 1] == str(tmp_path / "sft.jsonl")
+    assert argv["rl"][argv["rl"].index("--init-adapter") + 1] == str(tmp_path / "sft" / "adapter")
+    assert argv["eval-rl"][argv["eval-rl"].index("--adapter") + 1] == str(tmp_path / "rl" / "adapter")
+    assert "--adapter" not in argv["eval-base"]
+    # evaluated on the held-out split, with the agent limits the RL run trained under
+    for n in ("eval-base", "eval-sft", "eval-rl"):
+        assert argv[n][argv[n].index("--bench") + 1] == "factbook-test"
+        assert f"max_turns={r.max_turns}" in argv[n]
+    assert argv["rl"][argv["rl"].index("--max-turns") + 1] == str(r.max_turns)
+    assert argv["compare"][1:4] == [str(tmp_path / f"eval-{n}") for n in ("base", "sft", "rl")]
+    # every module named has the main(argv) the recipe calls
+    import importlib
+
+    for _, module, _ in plan:
+        assert callable(importlib.import_module(module).main)
+
+
+@pytest.fixture
+def stage_module(tmp_path, monkeypatch):
+    """A real module on sys.path standing in for a stage CLI: records its argv, exits with a set code."""
+    (tmp_path / "fake_stage_cli.py").write_text(
+        "CALLS = []\nRC = 0\n\ndef main(argv):\n    CALLS.append(list(argv))\n    return RC\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import fake_stage_cli
+
+    yield fake_stage_cli
+    sys.modules.pop("fake_stage_cli", None)
+
+
+def test_markers_skip_finished_stages_and_failures_stop_cleanly(tmp_path, stage_module, monkeypatch):
+    import research_agent.train.recipe as recipe
+
+    out = tmp_path / "run"
+    plan = [("one", "fake_stage_cli", ["a"]), ("rl", "fake_stage_cli", ["b"])]
+    monkeypatch.setattr(recipe, "stages", lambda r: plan)
+    stage_module.RC = 2
+    with pytest.raises(StageFailed, match="stage one failed .*run the recipe again"):
+        run_recipe(Recipe(out=out))
+    assert not (out / ".done-one").exists() and stage_module.CALLS == [["a"]]
+    stage_module.RC = 0
+    run_recipe(Recipe(out=out))
+    assert stage_module.CALLS[1:] == [["a"], ["b"]]
+    assert (out / ".done-one").exists() and (out / ".done-rl").exists()
+    run_recipe(Recipe(out=out))  # all done: nothing runs again
+    assert len(stage_module.CALLS) == 3
+    # an RL run that left checkpoints is resumed, not restarted
+    (out / "rl" / "checkpoints").mkdir(parents=True)
+    run_stage(out, "rl", "fake_stage_cli", ["b"])
+    assert stage_module.CALLS[-1] == ["b", "--resume"]
+
+
+def test_cli_reports_a_failed_stage(tmp_path, stage_module, monkeypatch, capsys):
+    import research_agent.train.recipe as recipe
+
+    monkeypatch.setattr(recipe, "stages", lambda r: [("demonstrations", "fake_stage_cli", [])])
+    stage_module.RC = 1
+    assert main(["--out", str(tmp_path / "r"), "--quick"]) == 2
+    assert "error: stage demonstrations failed (exit 1)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_recipe_runs_end_to_end(tmp_path):
+    assert main(["--out", str(tmp_path / "r"), "--quick"]) == 0
+    for stage in ("demonstrations", "sft-export", "sft", "rl", "eval-base", "eval-sft", "eval-rl", "compare"):
+        assert (tmp_path / "r" / f".done-{stage}").exists()
+    assert (tmp_path / "r" / "compare" / "paired.md").exists()
