@@ -245,6 +245,15 @@ BENCHMARKS: dict[str, tuple[str, Callable[..., tuple[list[dict], CorpusSpec]]]] 
 }
 
 
+# Said before the question of an item of this answer type: the agent's prompt asks for a short
+# answer, and an untrained model answers a yes/no question with an entity a third of the time.
+FORMAT_HINTS = {"boolean": "This is a yes/no question: the answer must be yes or no."}
+
+
+def format_hint(item: dict) -> str:
+    return FORMAT_HINTS.get(str(item.get("answer_type", "")), "")
+
+
 def known_benchmarks() -> str:
     lines = [f"  {name:12s} {desc}" for name, (desc, _) in BENCHMARKS.items()]
     lines.append("  PATH.jsonl   any JSONL file of {question, answers} records (e.g. a synth/ set)")

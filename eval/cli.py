@@ -14,10 +14,11 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, load_benchmark
+from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
 from eval.rundir import RunDirError
 
 
@@ -157,6 +158,16 @@ def open_memory(args: argparse.Namespace, items: list[dict]):
     return memory
 
 
+def item_guidance(memory: Any, k: int) -> Callable[[dict], str]:
+    """Text before each question: retrieved past cases (B6), then the answer-format hint of its type."""
+
+    def guidance(item: dict) -> str:
+        parts = [memory.guidance(item["question"], k=k) if memory is not None else "", format_hint(item)]
+        return "\n\n".join(p for p in parts if p)
+
+    return guidance
+
+
 def cmd_qa(args: argparse.Namespace) -> int:
     from eval.corpora import open_benchmark_corpus
     from eval.runner import evaluate
@@ -170,6 +181,8 @@ def cmd_qa(args: argparse.Namespace) -> int:
     memory = open_memory(args, items)
     if memory is not None:
         info.update(memory=str(memory.path.resolve()), memory_k=args.memory_k)
+    if any(format_hint(it) for it in items):
+        info["format_hints"] = True
     results = evaluate(
         items,
         policy,
@@ -181,7 +194,7 @@ def cmd_qa(args: argparse.Namespace) -> int:
         run_info=info,
         progress=not args.quiet,
         concurrency=args.concurrency,
-        guidance=(lambda item: memory.guidance(item["question"], k=args.memory_k)) if memory else None,
+        guidance=item_guidance(memory, args.memory_k),
     )
     if memory is not None and args.memory_add:
         from eval.runner import load_run_trajectories

@@ -46,7 +46,7 @@ VERSIONED = (
     "langgraph",
 )
 # run.json keys that must match for a resume to continue the same experiment
-IDENTITY_KEYS = ("bench", "model", "adapter", "endpoint", "agent_config", "corpus", "memory")
+IDENTITY_KEYS = ("bench", "model", "adapter", "endpoint", "agent_config", "corpus", "memory", "format_hints")
 
 
 def config_dict(config: Any) -> dict[str, Any]:

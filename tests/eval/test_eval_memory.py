@@ -42,3 +42,26 @@ def test_eval_questions_already_in_the_memory_are_warned_about(scripted, tmp_pat
     assert cli.main(["qa", "--bench", "x.jsonl", "--out", str(tmp_path / "run"), "--memory", str(mem), "--quiet"]) == 0
     assert "1 of 1 questions are already in the memory" in capsys.readouterr().err
     assert scripted.guidance["fr"] == ""  # its own case (with its gold) is never shown
+
+
+def test_yes_no_questions_are_told_their_answer_format(scripted, make_items, tmp_path, monkeypatch, capsys):
+    from eval import cli
+
+    items = make_items(1) + [{"id": "b", "question": "Is Paris in France?", "answers": ["yes"],
+                              "answer_type": "boolean"}]
+    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
+    monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
+    monkeypatch.setattr("research_agent.policy.load_policy", lambda *a, **k: None)
+    mem = tmp_path / "mem"
+    CaseMemory(mem).add(CASES)
+    out = tmp_path / "run"
+    assert cli.main(["qa", "--bench", "x.jsonl", "--out", str(out), "--memory", str(mem), "--quiet"]) == 0
+    assert scripted.guidance["b"].endswith("the answer must be yes or no.")
+    assert "yes or no" not in scripted.guidance["q0"]
+    assert json.loads((out / "run.json").read_text())["format_hints"] is True
+    # a run made without the hints is another experiment: no resuming into it
+    old = json.loads((out / "run.json").read_text())
+    old.pop("format_hints")
+    (out / "run.json").write_text(json.dumps(old))
+    assert cli.main(["qa", "--bench", "x.jsonl", "--out", str(out), "--memory", str(mem), "--quiet"]) == 2
+    assert "format_hints" in capsys.readouterr().err
