@@ -57,6 +57,8 @@ def paired_table(labels: list[str], stats: list[dict[str, Any]], base_label: str
              "| run | n | EM wins | EM losses | sign test p | mean F1 diff | 95% CI |", "|---|---|---|---|---|---|---|"]
     for label, s in zip(labels, stats, strict=True):
         lo, hi = s["f1_ci"]
-        lines.append(f"| {label} | {s['n']} | {s['em_wins']} | {s['em_losses']} | {s['sign_test_p']:.3f} | "
+        p = s["sign_test_p"]
+        shown = f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+        lines.append(f"| {label} | {s['n']} | {s['em_wins']} | {s['em_losses']} | {shown} | "
                      f"{s['f1_diff']:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
     return "\n".join(lines)
