@@ -127,7 +127,7 @@ def test_full_context_update_is_unchanged(small_browser, smol, monkeypatch):
     class Stop(Exception):
         pass
 
-    monkeypatch.setattr(rl, "reference_logprobs", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+    monkeypatch.setattr(rl, "token_logprobs", lambda *a, **k: (_ for _ in ()).throw(Stop()))
     with pytest.raises(Stop):
         policy_update(None, torch.optim.SGD([torch.zeros(1, requires_grad=True)]), [], trajs, [1.0, -1.0], [0, 1], TrainConfig(micro_batch=2), tok.pad_token_id)
     assert seen == [([t.prompt_ids + t.token_ids for t in trajs],
