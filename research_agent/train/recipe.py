@@ -4,7 +4,7 @@ corpus → gold-path demonstrations (synth, real tool calls) → SFT-export → 
 → held-out evaluation of base, SFT and RL → paired comparison.  Every stage is the package's own
 CLI called in-process with the flags the README's Results used, so this is a recipe, not a second
 implementation.  A stage that finished leaves a marker in OUT and is skipped on the next run; the
-ones that stop mid-way (trajectory synthesis, RL, eval) resume where they were, so an interrupted
+ones that stop mid-way (trajectory synthesis, SFT, RL, eval) resume where they were, so an interrupted
 recipe is simply started again.
 
     python -m research_agent.train.recipe --out runs/recipe              # ~2 h on 2 CPU cores
@@ -104,8 +104,8 @@ def _marker(out: Path, name: str) -> Path:
 def run_stage(out: Path, name: str, module: str, argv: list[str]) -> None:
     import importlib
 
-    if name == "rl" and (out / "rl" / "checkpoints").exists():
-        argv = [*argv, "--resume"]  # an interrupted RL run continues from its last checkpoint
+    if name in ("sft", "rl") and (out / name / "checkpoints").exists():
+        argv = [*argv, "--resume"]  # an interrupted training run continues from its last checkpoint
     shown = module.removesuffix(".__main__").replace("eval.cli", "eval")
     print(f"\n== {name}: python -m {shown} {' '.join(argv)}", file=sys.stderr, flush=True)
     t0 = time.time()

@@ -1,5 +1,5 @@
 """The one-command recipe: its stages are the package's CLIs, finished stages are skipped, a failed
-stage stops with a clear message and leaves no marker, an interrupted RL run resumes."""
+stage stops with a clear message and leaves no marker, interrupted SFT and RL runs resume."""
 
 from __future__ import annotations
 
@@ -63,10 +63,14 @@ def test_markers_skip_finished_stages_and_failures_stop_cleanly(tmp_path, stage_
     assert (out / ".done-one").exists() and (out / ".done-rl").exists()
     run_recipe(Recipe(out=out))  # all done: nothing runs again
     assert len(stage_module.CALLS) == 3
-    # an RL run that left checkpoints is resumed, not restarted
-    (out / "rl" / "checkpoints").mkdir(parents=True)
-    run_stage(out, "rl", "fake_stage_cli", ["b"])
-    assert stage_module.CALLS[-1] == ["b", "--resume"]
+    # a training run that left checkpoints is resumed, not restarted; other stages never get --resume
+    for stage in ("sft", "rl"):
+        (out / stage / "checkpoints").mkdir(parents=True)
+        run_stage(out, stage, "fake_stage_cli", ["b"])
+        assert stage_module.CALLS[-1] == ["b", "--resume"]
+    (out / "eval-rl" / "checkpoints").mkdir(parents=True)
+    run_stage(out, "eval-rl", "fake_stage_cli", ["c"])
+    assert stage_module.CALLS[-1] == ["c"]
 
 
 def test_cli_reports_a_failed_stage(tmp_path, stage_module, monkeypatch, capsys):
