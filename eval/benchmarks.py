@@ -219,17 +219,13 @@ def load_jsonl(path: Path) -> tuple[list[dict], CorpusSpec]:
 # ---- the shipped Factbook task set (research_agent/data), split by document -------------------
 
 
-def factbook_tasks_file() -> Path:
-    from research_agent.train.task_types import default_task_file
-
-    return default_task_file()
-
-
 def _factbook_split(split: str) -> Callable[..., tuple[list[dict], CorpusSpec]]:
     """The trainer's task file restricted to one split: the held-out sets of every training result."""
 
     def load(path: Path | None = None) -> tuple[list[dict], CorpusSpec]:
-        items, spec = load_jsonl(Path(path or factbook_tasks_file()))
+        from research_agent.train.task_types import default_task_file
+
+        items, spec = load_jsonl(Path(path or default_task_file()))
         return [it for it in items if it.get("split") == split], spec
 
     return load

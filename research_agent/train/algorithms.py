@@ -118,10 +118,9 @@ def sequence_advantages(traj, adv) -> list[list[float] | float]:
         return [float(adv)] * len(seqs)
     if len(adv) != len(traj.steps):
         raise ValueError(f"{len(adv)} step advantages for {len(traj.steps)} steps")
-    if traj.managed:
-        per_step = [a for a, s in zip(adv, traj.steps, strict=True) if s.completion_ids]
+    if traj.managed:  # one sequence per step that wrote something, as in Trajectory.sequences
         return [[0.0] * len(s.prompt_ids) + [a] * len(s.completion_ids)
-                for a, s in zip(per_step, [s for s in traj.steps if s.completion_ids], strict=True)]
+                for a, s in zip(adv, traj.steps, strict=True) if s.completion_ids]
     tokens = [0.0] * len(traj.prompt_ids)
     for a, s in zip(adv, traj.steps, strict=True):
         tokens += [a] * len(s.completion_ids) + [0.0] * len(s.observation_ids)
