@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from research_agent.code.env import MODES, CodeEnvironment
-from research_agent.code.sandbox import DEFAULT_LIMITS, SandboxLimits
+from research_agent.code.sandbox import DEFAULT_LIMITS, TEST_LIMITS, SandboxLimits
 from research_agent.code.tasks import CodeTask
 from research_agent.trajectory import Step, Trajectory
 
@@ -95,13 +95,14 @@ class CodeAgent:
         config: CodeAgentConfig | None = None,
         *,
         limits: SandboxLimits = DEFAULT_LIMITS,
+        test_limits: SandboxLimits = TEST_LIMITS,
         on_step: Callable[[Trajectory, Step], None] | None = None,
     ):
         self.policy = policy
         self.tok = policy.tokenizer
         self.config = config or CodeAgentConfig()
         self.task = task
-        self.env = CodeEnvironment(task, docs_browser, limits)
+        self.env = CodeEnvironment(task, docs_browser, limits, test_limits)
         self.on_step = on_step
         self.graph = self._build()
 
@@ -265,6 +266,7 @@ def run_code_batch(
     on_result: Callable[[Trajectory], None] | None = None,
     concurrency: int = 8,
     limits: SandboxLimits = DEFAULT_LIMITS,
+    test_limits: SandboxLimits = TEST_LIMITS,
 ) -> list[Trajectory]:
     """Run many code tasks concurrently through one batched policy; results in input order.
 
@@ -292,7 +294,9 @@ def run_code_batch(
         tid = str(item.get("id", task.id))
         browser = docs_browser.fork() if hasattr(docs_browser, "fork") else docs_browser
         try:
-            return CodeAgent(batched, task, browser, config, limits=limits).run(id=tid)
+            return CodeAgent(batched, task, browser, config, limits=limits, test_limits=test_limits).run(
+                id=tid
+            )
         except ValueError as e:
             return Trajectory(
                 question=task.prompt,

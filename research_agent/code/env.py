@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from research_agent.code.sandbox import DEFAULT_LIMITS, SandboxLimits, run_python, truncate
-from research_agent.code.tasks import CodeTask, run_tests
+from research_agent.code.sandbox import DEFAULT_LIMITS, TEST_LIMITS, SandboxLimits, run_python, truncate
+from research_agent.code.sanitize import changed
+from research_agent.code.tasks import CodeTask, prepare_solution, run_tests
 
 MODES = ("no-tools", "code-only", "multi-tool")
 OBSERVATION_CHARS = 2000
@@ -63,10 +64,17 @@ class CodeEnvironment:
 
     STOP_STRINGS: list[str] = ["</search>", "\n```\n"]
 
-    def __init__(self, task: CodeTask, docs_browser: Any = None, limits: SandboxLimits = DEFAULT_LIMITS):
+    def __init__(
+        self,
+        task: CodeTask,
+        docs_browser: Any = None,
+        limits: SandboxLimits = DEFAULT_LIMITS,
+        test_limits: SandboxLimits = TEST_LIMITS,
+    ):
         self.task = task
         self.docs_browser = docs_browser
-        self.limits = limits
+        self.limits = limits  # execute
+        self.test_limits = test_limits  # submit: the task's tests
         self.submitted: str | None = None
         self.passed = False
 
@@ -164,10 +172,15 @@ class CodeEnvironment:
             body = "\n".join(parts) if parts else "(no output)"
             return truncate(body, OBSERVATION_CHARS), {"ok": res.ok, "error": res.error}, False
         if action == "submit":
-            res = run_tests(self.task, argument, self.limits)
+            res = run_tests(self.task, argument, self.test_limits)
             self.submitted, self.passed = argument, res.ok
             body = "All tests passed." if res.ok else f"Tests failed: {res.error or 'unknown error'}"
-            return truncate(body, OBSERVATION_CHARS), {"passed": res.ok, "error": res.error}, True
+            # whether the tests saw less than the submission (demo code or a cut tail removed)
+            sanitized = changed(
+                prepare_solution(self.task, argument, sanitized=False), prepare_solution(self.task, argument)
+            )
+            info = {"passed": res.ok, "error": res.error, "sanitized": sanitized}
+            return truncate(body, OBSERVATION_CHARS), info, True
         return f"Invalid action: {argument or 'unrecognised output'}", {}, False
 
     def _search(self, query: str) -> tuple[str, dict, bool]:

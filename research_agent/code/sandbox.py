@@ -74,6 +74,11 @@ class SandboxLimits:
 
 # The shared default of every ``limits=`` argument; never mutated here (use dataclasses.replace).
 DEFAULT_LIMITS = SandboxLimits()
+# Running a task's tests: same memory and process caps, more time. A DataFrameBench test file
+# imports pandas, matplotlib and scikit-learn and runs several cases; on two shared cores that
+# alone can take 10 s of wall clock, and a solution that is right must not fail on the machine's
+# load (BigCodeBench allows 240 s a task). CPU time stays bounded so an infinite loop still ends.
+TEST_LIMITS = SandboxLimits(wall_s=60.0, cpu_s=30)
 
 
 @dataclass

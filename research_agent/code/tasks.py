@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from research_agent.code.sandbox import DEFAULT_LIMITS, ExecResult, SandboxLimits, last_line, run_python
+from research_agent.code.sandbox import TEST_LIMITS, ExecResult, SandboxLimits, last_line, run_python
+from research_agent.code.sanitize import sanitize
 
 DATAFRAMEBENCH = ("dataframebench", "0.1.1")
 DATAFRAMEBENCH_SHA256 = {
@@ -262,12 +263,24 @@ def _unittest_error(stderr: str) -> str | None:
     return f"{summary}: {line}" if line else summary
 
 
-def run_tests(task: CodeTask, solution_code: str, limits: SandboxLimits = DEFAULT_LIMITS) -> ExecResult:
-    """Run the task's tests against ``solution_code`` in the sandbox; ``ok`` is True iff all pass."""
-    style = task.meta.get("test_style", "script")
+def prepare_solution(task: CodeTask, solution_code: str, *, sanitized: bool = True) -> str:
+    """The code the tests run: a stub body completed into its function, then sanitized
+    (``research_agent.code.sanitize``: demo calls and a token-cut tail removed)."""
     stub = task.meta.get("stub")
     if stub and not re.search(rf"def\s+{re.escape(task.entry_point)}\s*\(", solution_code):
         solution_code = stub + solution_code  # a completion of the stub's body (HumanEval style)
+    return sanitize(solution_code, task.entry_point) if sanitized else solution_code
+
+
+def run_tests(
+    task: CodeTask, solution_code: str, limits: SandboxLimits = TEST_LIMITS, *, sanitized: bool = True
+) -> ExecResult:
+    """Run the task's tests against ``solution_code`` in the sandbox; ``ok`` is True iff all pass.
+
+    ``sanitized`` (default) scores what the model meant, as EvalPlus and BigCodeBench do: the tests
+    see the solution's imports and definitions, not its usage example."""
+    style = task.meta.get("test_style", "script")
+    solution_code = prepare_solution(task, solution_code, sanitized=sanitized)
     if style == "pytest-module":
         return run_python(
             _KODCODE_RUNNER, limits, files={"solution.py": solution_code, "test_solution.py": task.test_code}

@@ -130,3 +130,21 @@ def test_bad_task_files_raise_clear_errors(tmp_path):
     path.write_text('{"question": "q"}\n')
     with pytest.raises(TaskSourceError, match="missing field.*test"):
         load_tasks(f"kodcode:{path}")
+
+
+def test_every_library_dataframebench_imports_is_installed():
+    """A missing library scores a right solution as a failure (ModuleNotFoundError): the `code` extra
+    must cover every import of the tasks and their tests."""
+    import importlib.util
+    import re
+
+    missing = set()
+    for split in ("train", "val", "test"):
+        for t in load_tasks(f"dataframebench:{split}"):
+            text = "\n".join([t.prompt, t.test_code, t.meta.get("reference") or ""])
+            mods = re.findall(r"^[ \t]*import[ \t]+([A-Za-z_]\w*)[\w. \t,]*$", text, re.M)
+            mods += re.findall(r"^[ \t]*from[ \t]+([A-Za-z_]\w*)[\w.]*[ \t]+import[ \t]", text, re.M)
+            for mod in mods:
+                if importlib.util.find_spec(mod) is None:
+                    missing.add(mod)
+    assert not missing, f"install these (pyproject's `code` extra): {sorted(missing)}"
