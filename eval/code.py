@@ -3,6 +3,7 @@
   python -m eval code --tasks dataframebench:test --mode all --model qwen2.5-coder-0.5b --limit 100 --out runs/code-base
   python -m eval code --tasks dataframebench:test --mode multi-tool --adapter runs/rl/final --out runs/code-rl
   python -m eval code ... --mode all --rl-run runs/code-rl --out runs/code-base   # adds the "after RL" bar
+  python -m eval code --rescore --out runs/code-base   # re-test saved submissions after a scorer change
 
 Each mode runs greedily (temperature 0, so pass@1 is one deterministic sample) into OUT/<mode>/
 (run.json, trajectories.jsonl appended as tasks finish, results.json), so an interrupted run resumes
@@ -228,7 +229,6 @@ def evaluate_code(
     pass@1 is greedy: the config's temperature must be 0.  ``rl_run`` (an ``eval code`` output made
     with an adapter) adds its multi-tool pass@1 as the plot's "after RL" bar.
     """
-    from eval.runner import versions
 
     config = config or CodeAgentConfig()
     if config.temperature != 0.0:
@@ -252,6 +252,24 @@ def evaluate_code(
             progress=progress,
             concurrency=concurrency,
         )["metrics"]
+    return write_summary(out, per_mode, info, config, rl_run=rl_run, rl=rl)
+
+
+def write_summary(
+    out: Path,
+    per_mode: dict[str, dict[str, Any]],
+    info: dict[str, Any],
+    config: CodeAgentConfig,
+    *,
+    rl_run: str | Path | None = None,
+    rl: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """OUT/results.json (every mode's metrics), table.md and pass_at_1.png from per-mode metrics."""
+    from corpus.packages import atomic_write_text
+    from eval.runner import versions
+
+    modes = [m for m in MODES if m in per_mode]
     suffix = "(adapter)" if info.get("adapter") else "(base)"
     rows = {f"{LABELS[m]} {suffix}": per_mode[m] for m in modes}
     bars = [(f"{LABELS[m]}\n{suffix}", per_mode[m].get("pass_at_1", 0.0)) for m in modes]
@@ -259,8 +277,6 @@ def evaluate_code(
         rows["Multi-tool (after RL)"] = rl
         bars.append(("Multi-tool\n(after RL)", float(rl["pass_at_1"])))
     table = comparison_table(rows)
-    from corpus.packages import atomic_write_text
-
     atomic_write_text(out / TABLE, f"# Code agent on {info.get('tasks', '?')}\n\n{table}")
     plot_pass_rates(bars, out / PLOT, title=f"pass@1 on {info.get('tasks', 'code tasks')}")
     summary = {
@@ -272,9 +288,79 @@ def evaluate_code(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": versions(),
         "table": table,
+        **(extra or {}),
     }
     write_json(out / RESULTS, summary)
     return summary
+
+
+# ---- re-scoring -------------------------------------------------------------------------------
+def rescore_mode(mode_dir: Path, *, progress: bool = True) -> dict[str, Any]:
+    """Re-run the tests of every final submission in ``mode_dir`` under the current scorer.
+
+    For when the scoring changed but the model's turns did not (a library installed, the sanitizer,
+    the test limits): a submission ends its episode, so the model never saw the verdict being
+    replaced and regenerating would reproduce the same greedy turns. Each re-scored step keeps the
+    old verdict under ``info["before_rescore"]``; trajectories.jsonl is rewritten atomically.
+    """
+    from tqdm import tqdm
+
+    from corpus.packages import atomic_write_text
+    from research_agent.code.sanitize import changed
+    from research_agent.code.tasks import load_tasks, prepare_solution, run_tests
+
+    run = read_json(mode_dir / RUN, "not a mode directory of `python -m eval code`")
+    check_schema(run, mode_dir / RUN)
+    tasks = {t.id: t for t in load_tasks(run["tasks"])}
+    trajs = scan_trajectories(mode_dir / TRAJECTORIES, repair=False)
+    flips = 0
+    for traj in tqdm(trajs, desc=f"rescore {run['mode']}", disable=not progress, unit="task"):
+        task_id = traj.gold.get("task_id", traj.id)
+        if task_id not in tasks:
+            raise RunDirError(f"{mode_dir}: task {task_id} is not in {run['tasks']} any more")
+        subs = [s for s in traj.steps if s.action == "submit"]
+        if not subs:
+            continue
+        step, task = subs[-1], tasks[task_id]
+        res = run_tests(task, step.argument)
+        before = {k: step.info.get(k) for k in ("passed", "error", "sanitized")}
+        raw = prepare_solution(task, step.argument, sanitized=False)
+        step.info.update(
+            passed=res.ok, error=res.error, sanitized=changed(raw, prepare_solution(task, step.argument))
+        )
+        step.info["before_rescore"] = before
+        flips += bool(before["passed"]) != res.ok
+        traj.gold["passed"] = res.ok
+    atomic_write_text(mode_dir / TRAJECTORIES, "".join(t.to_json() + "\n" for t in trajs))
+    ids = [t.id for t in trajs]
+    results = {
+        **run,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "rescored": True,
+        "rescore_flips": flips,
+        "n_items": len(ids),
+        "metrics": code_metrics(trajs),
+    }
+    write_json(mode_dir / RESULTS, results)
+    return results
+
+
+def rescore(out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Re-score every mode under ``out_dir`` (see ``rescore_mode``), then rewrite its summary."""
+    out = Path(out_dir)
+    mode_dirs = [out / m for m in MODES if (out / m / RUN).exists()]
+    if not mode_dirs:
+        raise RunDirError(f"{out} holds no `python -m eval code` mode directories")
+    per_mode, info, config = {}, {}, None
+    for d in mode_dirs:
+        res = rescore_mode(d, progress=progress)
+        per_mode[res["mode"]] = res["metrics"]
+        info = {k: res.get(k) for k in ("tasks", "limit", "model", "adapter", "endpoint", "docs")}
+        config = CodeAgentConfig(**res["agent_config"])
+    old = read_json(out / RESULTS, "") if (out / RESULTS).exists() else {}
+    rl_run = old.get("rl_run")
+    rl = rl_result(rl_run) if rl_run else None
+    return write_summary(out, per_mode, info, config, rl_run=rl_run, rl=rl, extra={"rescored": True})
 
 
 # ---- CLI --------------------------------------------------------------------------------------
@@ -329,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--concurrency", type=int, default=8, help="trajectories in flight at once (batched policy)"
     )
+    p.add_argument(
+        "--rescore",
+        action="store_true",
+        help="re-run the tests of the final submissions already in --out under the current scorer "
+        "(after installing a library or a scorer fix); generates nothing",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -340,6 +432,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     modes = list(MODES) if args.mode == "all" else [args.mode]
     try:
+        if args.rescore:
+            summary = rescore(args.out, progress=not args.quiet)
+            print(summary["table"])
+            return 0
         config = config_from_pairs(args.set)
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1")
@@ -400,5 +496,8 @@ __all__ = [
     "evaluate_mode",
     "main",
     "plot_pass_rates",
+    "rescore",
+    "rescore_mode",
     "rl_result",
+    "write_summary",
 ]

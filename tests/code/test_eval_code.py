@@ -183,3 +183,36 @@ def test_cli_runs_a_tiny_real_model_and_reports_clear_errors(smol, tmp_path, cap
     assert "without --adapter" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--set expects"):
         main([*argv, "--set", "temperature"])
+
+
+def test_rescore_retests_saved_submissions_without_generating(smol, tasks, tmp_path):
+    from eval.code import rescore
+
+    _, tok = smol
+    policy = _policy(tok, tasks)
+    info = {"tasks": "dataframebench:test", "limit": 2, "model": "scripted", "adapter": None, "docs": None}
+    out = tmp_path / "run"
+    evaluate_code(tasks, policy, None, ["no-tools"], out, run_info=info, progress=False)
+    path = out / "no-tools" / "trajectories.jsonl"
+    # an older scorer failed the right submission (say, a library was missing then)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        if row["gold"]["passed"]:
+            row["gold"]["passed"] = False
+            row["steps"][-1]["info"].update(passed=False, error="ModuleNotFoundError: No module named 'x'")
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    calls = policy.calls
+
+    summary = rescore(out, progress=False)
+    assert policy.calls == calls  # nothing generated
+    assert summary["modes"]["no-tools"]["pass_at_1"] == 0.5 and summary["rescored"]
+    mode = json.loads((out / "no-tools" / "results.json").read_text())
+    assert mode["rescore_flips"] == 1 and mode["metrics"]["pass_at_1"] == 0.5
+    fixed = [json.loads(line) for line in path.read_text().splitlines()]
+    before = [r["steps"][-1]["info"]["before_rescore"] for r in fixed]
+    assert sorted(b["error"] or "" for b in before)[-1].startswith("ModuleNotFoundError")
+    assert "| No tools (base) | 2 | 50.0% |" in (out / "table.md").read_text()
+    assert main(["--rescore", "--out", str(out), "--quiet"]) == 0  # the CLI path; idempotent
+    assert json.loads((out / "no-tools" / "results.json").read_text())["rescore_flips"] == 0
+    with pytest.raises(RunDirError, match="no `python -m eval code`"):
+        rescore(tmp_path / "empty", progress=False)
