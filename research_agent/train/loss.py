@@ -80,11 +80,14 @@ def reference_logprobs(model, input_ids, attention_mask, loss_mask: torch.Tensor
 
 def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
                          advantages: torch.Tensor, mask: torch.Tensor, *, kl_coef: float = 0.05,
-                         clip_ratio: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                         clip_ratio: float | None = None, denom: float | None = None
+                         ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level surrogate loss averaged over model tokens.
 
     ratio = exp(logp − old_logp) (1 on-policy); with ``clip_ratio`` the PPO clipped objective.
-    KL uses the k3 estimator exp(ref − logp) − (ref − logp) − 1, which is ≥ 0.
+    KL uses the k3 estimator exp(ref − logp) − (ref − logp) − 1, which is ≥ 0.  ``denom`` is the
+    number of model tokens the average runs over (default: this batch's); a micro-batch of a larger
+    step passes the step's total, so its losses sum to the step's token mean.
     """
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # per sequence or per token
     ratio = torch.exp(logp - old_logp)
@@ -95,7 +98,7 @@ def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: t
     delta = ref_logp - logp
     kl = torch.exp(delta) - delta - 1
     per_token = -surrogate + kl_coef * kl
-    denom = mask.sum().clamp(min=1.0)
+    denom = mask.sum().clamp(min=1.0) if denom is None else torch.tensor(max(float(denom), 1.0))
     loss = (per_token * mask).sum() / denom
     with torch.no_grad():
         stats = {"kl": float((kl * mask).sum() / denom), "ratio": float((ratio * mask).sum() / denom)}

@@ -163,6 +163,12 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
              for (ids, mask), a in zip(trajs[i].sequences(), sequence_advantages(trajs[i], adv[i]), strict=True)]
     if not units:
         return stats
+    # Longest first, so each micro-batch holds similar lengths: it pads to its longest member, and
+    # agent trajectories range from one short turn to several long ones. The loss is the mean over
+    # every model token of the step (each micro-batch divides by the step's total), so how units
+    # are grouped changes nothing but the padding.
+    units.sort(key=lambda u: len(u[1]), reverse=True)
+    total = sum(sum(u[2]) for u in units)
     old_cache: dict[int, torch.Tensor] = {}
     ent_sum = 0.0
     for epoch in range(cfg.ppo_epochs):
@@ -183,12 +189,12 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
             else:
                 a = torch.tensor([u[0] for u in part], dtype=torch.float32)
             loss, st = policy_gradient_loss(logp, old_cache[mb], ref, a, lmask, kl_coef=cfg.kl_coef,
-                                            clip_ratio=cfg.clip_ratio if cfg.ppo_epochs > 1 else None)
-            weight = len(part) / len(units)
-            (loss * weight).backward()
+                                            clip_ratio=cfg.clip_ratio if cfg.ppo_epochs > 1 else None,
+                                            denom=total)
+            loss.backward()
             if epoch == 0:
-                stats["loss"] += float(loss.detach()) * weight
-                stats["kl"] += st["kl"] * weight
+                stats["loss"] += float(loss.detach())
+                stats["kl"] += st["kl"]
                 ent_sum += float((ent * lmask).sum())
                 stats["tokens"] += int(lmask.sum())
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)

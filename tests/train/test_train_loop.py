@@ -70,6 +70,34 @@ def test_one_update_moves_lora_weights_and_no_base_weight(small_browser, adv):
     assert after > before
 
 
+def test_update_is_the_same_whatever_the_micro_batching(small_browser):
+    """The loss is a mean over the step's model tokens: micro-batches of 1, 2 or 3 trajectories (of
+    different lengths, sorted and padded differently) give the same update up to float error."""
+    cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora_dropout=0.0, max_grad_norm=1e9)
+    model, tok = setup_lora(cfg, progress=False)
+    trajs = _trajectories(tok, small_browser)
+    trajs.append(ResearchAgent(ScriptedPolicy(tok, ["<answer>I do not know which city it is</answer>"]),
+                               small_browser.fork()).run("What is the capital of France?",
+                                                         gold={"answers": ["Paris"]}))
+    assert len({len(t.token_ids) for t in trajs}) == 3
+    params = [p for p in model.parameters() if p.requires_grad]
+    start = [p.detach().clone() for p in params]
+    model.train()
+    deltas = []
+    for micro in (1, 2, 3):
+        with torch.no_grad():
+            for p, s0 in zip(params, start, strict=True):
+                p.copy_(s0)
+        opt = torch.optim.SGD(params, lr=cfg.lr)
+        stats = policy_update(model, opt, params, trajs, [1.0, -1.0, 0.5], [0, 1, 2],
+                              TrainConfig(**{**cfg.__dict__, "micro_batch": micro}), tok.pad_token_id)
+        deltas.append(torch.cat([(p.detach() - s0).flatten() for p, s0 in zip(params, start, strict=True)]))
+        assert stats["tokens"] == sum(t.generated_tokens for t in trajs)
+    assert deltas[0].abs().max() > 0
+    for d in deltas[1:]:
+        assert torch.allclose(d, deltas[0], rtol=1e-3, atol=1e-6), float((d - deltas[0]).abs().max())
+
+
 def _write_tasks(path):
     items = [{"id": f"t{i}", "question": q, "answers": [a], "split": "train"} for i, (q, a) in enumerate([
         ("What is the capital of France?", "Paris"), ("What is the capital of Spain?", "Madrid"),
