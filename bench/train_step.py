@@ -95,12 +95,13 @@ def run_ours(args) -> dict:
         ids = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
         prompt_ids.append(list(ids["input_ids"] if hasattr(ids, "input_ids") else ids))
     load_rss = rss_mb()
-    times, gen_tokens, rewards_seen = [], [], []
+    times, gen_tokens, rewards_seen, gen_times = [], [], [], []
     for step in range(args.steps):
         t0 = time.perf_counter()
         torch.manual_seed(args.seed * 100_003 + step)
         batch = [(pi, q, gold) for pi, (q, gold) in zip(prompt_ids, PROMPTS, strict=True) for _ in range(GROUP)]
         gens = policy.generate([b[0] for b in batch], max_new_tokens=args.new_tokens, temperature=cfg.temperature)
+        gen_times.append(time.perf_counter() - t0)
         trajs = [Trajectory(question=q, gold={"answers": [gold]}, prompt_ids=list(pi), token_ids=list(g.token_ids),
                             token_mask=[1] * len(g.token_ids), logprobs=list(g.logprobs))
                  for (pi, q, gold), g in zip(batch, gens, strict=True)]
@@ -113,7 +114,7 @@ def run_ours(args) -> dict:
         times.append(time.perf_counter() - t0)
         gen_tokens.append(sum(len(g.token_ids) for g in gens))
         rewards_seen.append(sum(rewards) / len(rewards))
-    return {"side": "ours", "times": times, "gen_tokens": gen_tokens, "reward": rewards_seen,
+    return {"side": "ours", "times": times, "gen_times": gen_times, "gen_tokens": gen_tokens, "reward": rewards_seen,
             "load_rss_mb": load_rss, "peak_rss_mb": peak_rss_mb(), "torch_threads": torch.get_num_threads()}
 
 
@@ -246,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<28} {per_step(r['times']):>8.2f} {first:>8.2f} {tok:>13.1f} "
               f"{r['load_rss_mb']:>12.0f} {r['peak_rss_mb']:>12.0f}")
     print(f"  (s/step: mean of {span})")
+    if results.get("ours") and results["ours"].get("gen_times"):
+        g = per_step(results["ours"]["gen_times"])
+        print(f"  ours split: generation {g:.2f} s/step, update (advantages, forward/backward, step) "
+              f"{per_step(results['ours']['times']) - g:.2f} s/step")
     ours, ref = results.get("ours"), results.get("trl")
     if ours and ref:
         ratio = per_step(ours["times"]) / per_step(ref["times"])
