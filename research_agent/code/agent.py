@@ -6,6 +6,11 @@ the trajectory is one token stream (prompt, model tokens, observation tokens) so
 is exactly what the trainer masks and trains on.  Parsing and the tools themselves live in
 ``CodeEnvironment``; this module only adds the loop, the limits and the token bookkeeping.
 
+Tool results come back as a user turn of the model's chat template by default (``observation_format
+="chat"``): the untrained instruct models read a result appended to their own turn (the seed's and
+Search-R1's inline format, still available) as their own text, and continued it — qwen2.5-coder
+scored 0/24 in code-only mode that way, writing prose or a bare fence after every result.
+
 Modes (seed 004's three baselines): ``no-tools`` (one turn: the code block is the submission),
 ``code-only`` (execute + submit) and ``multi-tool`` (search docs + execute + submit).
 """
@@ -26,6 +31,7 @@ from research_agent.code.tasks import CodeTask
 from research_agent.trajectory import Step, Trajectory
 
 OBSERVATION = "\n<result>\n{body}\n</result>\n"
+OBSERVATION_FORMATS = ("chat", "inline")
 NO_CALLS_LEFT = "You have no tool calls left. Submit your solution now with ```submit."
 LAST_TURN = "This is your last turn: submit your solution now with ```submit."
 CALLS_LEFT = "({n} tool calls left)"
@@ -50,10 +56,23 @@ class CodeAgentConfig:
     observation_tokens: int = field(
         default=400, metadata={"help": "observations are truncated to this many tokens"}
     )
+    observation_format: str = field(
+        default="chat",
+        metadata={
+            "help": "chat: a tool result comes back as a user turn of the model's chat template, then a "
+            "new assistant turn opens (instruct models answer results there); inline: appended to the "
+            "model's own turn (seed 004, Search-R1), which untrained instruct models read as their own "
+            "text and continue"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
+        if self.observation_format not in OBSERVATION_FORMATS:
+            raise ValueError(
+                f"unknown observation_format {self.observation_format!r}; use {' or '.join(OBSERVATION_FORMATS)}"
+            )
         if self.max_turns < 1 or self.max_new_tokens < 1 or self.observation_tokens < 1:
             raise ValueError("max_turns, max_new_tokens and observation_tokens must be at least 1")
 
@@ -73,6 +92,36 @@ class CodeState(TypedDict):
 
 def _now() -> float:
     return time.perf_counter()
+
+
+_SENTINELS = ("\x00ASSISTANT-TURN\x00", "\x00TOOL-RESULT\x00")
+
+
+def chat_observation_frame(tokenizer) -> tuple[str, str] | None:
+    """(before, after): the chat-template text that closes the model's turn and opens a user turn,
+    and the text that closes that user turn and opens the next assistant turn; None without a
+    chat template. Found by rendering sentinels, so it is right for any template (ChatML, Llama...)."""
+    cached = getattr(tokenizer, "_research_agent_observation_frame", False)
+    if cached is not False:
+        return cached
+    frame = None
+    try:
+        msgs = [
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": _SENTINELS[0]},
+            {"role": "user", "content": _SENTINELS[1]},
+        ]
+        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        a, u = text.index(_SENTINELS[0]) + len(_SENTINELS[0]), text.index(_SENTINELS[1])
+        if a <= u:
+            frame = (text[a:u], text[u + len(_SENTINELS[1]) :])
+    except Exception:  # no template, or one that rejects these messages: inline is the fallback
+        frame = None
+    try:
+        tokenizer._research_agent_observation_frame = frame
+    except Exception:
+        pass
+    return frame
 
 
 def used_calls(traj: Trajectory) -> int:
@@ -204,7 +253,8 @@ class CodeAgent:
             body = self.tok.decode(ids[: self.config.observation_tokens]) + " ...(truncated)"
         if note:
             body = f"{body}\n{note}"
-        text = OBSERVATION.format(body=body)
+        frame = chat_observation_frame(self.tok) if self.config.observation_format == "chat" else None
+        text = f"{frame[0]}<result>\n{body}\n</result>{frame[1]}" if frame else OBSERVATION.format(body=body)
         step.observation = text
         step.observation_ids = self.tok.encode(text, add_special_tokens=False)
         traj.token_ids += step.observation_ids
@@ -319,4 +369,11 @@ def run_code_batch(
     return [r for r in results if r is not None]
 
 
-__all__ = ["CodeAgent", "CodeAgentConfig", "run_code_batch", "task_gold", "used_calls"]
+__all__ = [
+    "CodeAgent",
+    "CodeAgentConfig",
+    "chat_observation_frame",
+    "run_code_batch",
+    "task_gold",
+    "used_calls",
+]

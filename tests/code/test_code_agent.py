@@ -79,7 +79,10 @@ def test_search_execute_submit_passes_a_correct_solution(smol, tasks, docs_brows
     assert [s.action for s in traj.steps] == ["search", "execute", "submit"]
     search, execute, submit = traj.steps
     assert any(h.startswith("api/json") for h in search.info["hits"])
-    assert "json.dumps" in search.observation and search.observation.startswith("\n<result>\n")
+    assert "json.dumps" in search.observation
+    # the result is a user turn of the chat template; the next assistant turn is open after it
+    assert search.observation.startswith("<|im_end|>\n<|im_start|>user\n<result>\n")
+    assert search.observation.endswith("</result><|im_end|>\n<|im_start|>assistant\n")
     assert execute.info["ok"] is True and execute.info["error"] is None and "[1, 2, 3]" in execute.observation
     assert submit.info["passed"] is True and "All tests passed." in submit.observation
     assert traj.gold == {"task_id": task.id, "source": "humaneval", "passed": True}
@@ -220,3 +223,21 @@ def test_tiny_real_model_run_stays_within_limits(smol, tasks, docs_browser):
     assert isinstance(traj.gold["passed"], bool)
     code_shaped_reward(traj)
     code_torl_reward(traj)
+
+
+def test_inline_observations_stay_in_the_models_turn(smol, tasks):
+    """observation_format=inline (seed 004): the result is appended to the model's own turn."""
+    _, tok = smol
+    task = tasks[0]
+    policy = ScriptedPolicy(
+        tok, [_fenced("python", "print(6 * 7)"), _fenced("submit", task.meta["reference"])]
+    )
+    cfg = CodeAgentConfig(mode="code-only", observation_format="inline")
+    traj = CodeAgent(policy, task, None, cfg).run()
+    assert (
+        traj.steps[0].observation.startswith("\n<result>\n42")
+        and "<|im_start|>" not in traj.steps[0].observation
+    )
+    _stream_matches_prompts(policy, traj)
+    with pytest.raises(ValueError, match="observation_format"):
+        CodeAgentConfig(observation_format="xml")
