@@ -62,9 +62,14 @@ class SandboxError(RuntimeError):
 
 @dataclass
 class SandboxLimits:
-    """Resource limits of one execution (the seed used a 10 s timeout; ToRL-style small outputs)."""
+    """Resource limits of one execution (ToRL-style small outputs).
 
-    wall_s: float = 10.0
+    The seed's 10 s timeout is kept as CPU time, so a busy loop still ends after 10 s; wall clock
+    gets 30 s, because on two shared cores the imports of pandas + scikit-learn alone took over
+    10 s of wall clock while a model generated (qwen's first `execute` in code-only mode timed out
+    on imports, not on its code)."""
+
+    wall_s: float = 30.0
     cpu_s: int = 10
     memory_mb: int = 1024  # RLIMIT_AS: virtual memory, so numpy/pandas need a few hundred MB
     nproc: int = 64
