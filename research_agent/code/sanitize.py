@@ -91,9 +91,9 @@ def _targets(node: ast.stmt) -> set[str]:
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
-def _kept_nodes(tree: ast.Module, entry_point: str) -> list[ast.stmt]:
+def _kept_nodes(tree: ast.Module, entry_point: str, keep_assignments: bool = False) -> list[ast.stmt]:
     """Definitions, plus the assignments they read (to a fixpoint), in source order."""
-    keep = {id(n) for n in tree.body if _is_definition(n)}
+    keep = {id(n) for n in tree.body if _is_definition(n) or (keep_assignments and isinstance(n, _ASSIGNS))}
     used = {entry_point}
     for n in tree.body:
         if id(n) in keep:
@@ -130,8 +130,11 @@ def changed(original: str, sanitized: str) -> bool:
     return significant(original) != significant(sanitized)
 
 
-def sanitize(code: str, entry_point: str) -> str:
-    """``code`` reduced to its imports and definitions; unchanged when that would lose ``entry_point``."""
+def sanitize(code: str, entry_point: str, *, keep_assignments: bool = False) -> str:
+    """``code`` reduced to its imports and definitions; unchanged when that would lose ``entry_point``.
+
+    ``keep_assignments`` keeps every top-level assignment: for tests that import the solution as a
+    module (KodCode's ``from solution import NAME``) any constant can be part of its interface."""
     if not isinstance(code, str) or not code.strip():
         return code
     parsable = longest_parsable_prefix(code)
@@ -144,7 +147,7 @@ def sanitize(code: str, entry_point: str) -> str:
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         for ln in range(first - 1, node.end_lineno):
             owner[ln] = i
-    kept_ids = {id(n) for n in _kept_nodes(tree, entry_point)}
+    kept_ids = {id(n) for n in _kept_nodes(tree, entry_point, keep_assignments)}
     kept = {i for i, n in enumerate(tree.body) if id(n) in kept_ids}
     out: list[str] = []
     for ln, line in enumerate(lines):

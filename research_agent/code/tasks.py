@@ -269,7 +269,10 @@ def prepare_solution(task: CodeTask, solution_code: str, *, sanitized: bool = Tr
     stub = task.meta.get("stub")
     if stub and not re.search(rf"def\s+{re.escape(task.entry_point)}\s*\(", solution_code):
         solution_code = stub + solution_code  # a completion of the stub's body (HumanEval style)
-    return sanitize(solution_code, task.entry_point) if sanitized else solution_code
+    if not sanitized:
+        return solution_code
+    module_tests = task.meta.get("test_style") == "pytest-module"  # tests may import any constant
+    return sanitize(solution_code, task.entry_point, keep_assignments=module_tests)
 
 
 def run_tests(

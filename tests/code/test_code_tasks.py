@@ -93,6 +93,11 @@ def test_kodcode_loader_and_tests(tmp_path):
     assert run_tests(t, t.meta["reference"]).ok
     bad = run_tests(t, "def add(a, b):\n    return a - b\n")
     assert not bad.ok and "2 of 2 tests failed" in bad.error
+    # tests import the module: a constant nothing in it reads stays; the demo call still goes
+    t.test_code += "\nfrom solution import OFFSET\n\ndef test_offset():\n    assert OFFSET == 0\n"
+    assert run_tests(
+        t, "OFFSET = 0\n\ndef add(a, b):\n    return a + b\n\nprint(add(open('nope').read(), 1))\n"
+    ).ok
 
 
 def test_bigcodebench_loader_and_tests(tmp_path):
