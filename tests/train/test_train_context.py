@@ -69,11 +69,12 @@ def test_managed_update_trains_each_step_on_its_own_prompt(small_browser, monkey
     model.train()
     stats = policy_update(model, opt, params, trajs, [1.0, -1.0], [0, 1], cfg, tok.pad_token_id)
     # four sequences (2 steps × 2 trajectories) in micro-batches of 2: each step's prompt + completion,
-    # and loss only where the model wrote
+    # and loss only where the model wrote (longest first: the order is the trainer's padding choice)
     rows = [(s, m) for seqs, masks in seen for s, m in zip(seqs, masks, strict=True)]
     expected = [(st.prompt_ids + st.completion_ids, [0] * len(st.prompt_ids) + [1] * len(st.completion_ids))
                 for t in trajs for st in t.steps]
-    assert rows == expected and len(seen) == 2
+    assert sorted(rows) == sorted(expected) and len(seen) == 2
+    assert [len(s) for s, _ in rows] == sorted((len(s) for s, _ in rows), reverse=True)
     assert stats["tokens"] == sum(t.generated_tokens for t in trajs)
     assert torch.isfinite(torch.tensor(stats["loss"]))
     assert any(not torch.equal(p, lora[n]) for n, p in model.named_parameters() if "lora_" in n)
@@ -130,8 +131,9 @@ def test_full_context_update_is_unchanged(small_browser, smol, monkeypatch):
     monkeypatch.setattr(rl, "token_logprobs", lambda *a, **k: (_ for _ in ()).throw(Stop()))
     with pytest.raises(Stop):
         policy_update(None, torch.optim.SGD([torch.zeros(1, requires_grad=True)]), [], trajs, [1.0, -1.0], [0, 1], TrainConfig(micro_batch=2), tok.pad_token_id)
-    assert seen == [([t.prompt_ids + t.token_ids for t in trajs],
-                     [[0] * len(t.prompt_ids) + t.token_mask for t in trajs])]
+    assert len(seen) == 1
+    pairs = sorted(zip(*seen[0], strict=True))
+    assert pairs == sorted((t.prompt_ids + t.token_ids, [0] * len(t.prompt_ids) + t.token_mask) for t in trajs)
 
 
 def test_managed_synthesis_exports_sft_examples_equal_to_what_the_agent_saw(tmp_path, small_corpus_dir, smol):
