@@ -150,14 +150,30 @@ def rl_result(run_dir: str | Path) -> dict[str, Any]:
 
 
 # ---- running ----------------------------------------------------------------------------------
+# Agent-config fields added after runs were made, at the value that reproduces those runs.
+LEGACY_AGENT_CONFIG = {"observation_format": "inline"}
+
+
+def _comparable(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's identity as compared on resume: older configs get the legacy values of newer fields,
+    and no-tools ignores the observation format (its one turn is over before any result is shown)."""
+    cfg = run.get("agent_config")
+    if isinstance(cfg, dict):
+        cfg = {**LEGACY_AGENT_CONFIG, **cfg}
+        if run.get("mode") == "no-tools":
+            cfg.pop("observation_format", None)
+    return {**run, "agent_config": cfg}
+
+
 def _start_mode(mode_dir: Path, run: dict[str, Any]) -> None:
     path = mode_dir / RUN
     if path.exists():
         old = read_json(path, "")
         check_schema(old, path)
-        diff = [k for k in IDENTITY_KEYS if old.get(k) != run.get(k)]
+        was, now = _comparable(old), _comparable(run)
+        diff = [k for k in IDENTITY_KEYS if was.get(k) != now.get(k)]
         if diff:
-            details = "; ".join(f"{k}: {old.get(k)!r} → {run.get(k)!r}" for k in diff)
+            details = "; ".join(f"{k}: {was.get(k)!r} → {now.get(k)!r}" for k in diff)
             raise RunDirError(f"{mode_dir} holds a different run ({details}); use a new --out directory")
     elif (mode_dir / TRAJECTORIES).exists():
         raise RunDirError(f"{mode_dir} has trajectories but no {RUN}; use a new --out directory")

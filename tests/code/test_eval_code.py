@@ -216,3 +216,36 @@ def test_rescore_retests_saved_submissions_without_generating(smol, tasks, tmp_p
     assert json.loads((out / "no-tools" / "results.json").read_text())["rescore_flips"] == 0
     with pytest.raises(RunDirError, match="no `python -m eval code`"):
         rescore(tmp_path / "empty", progress=False)
+
+
+def test_runs_made_before_observation_format_resume_only_where_it_cannot_matter(tmp_path):
+    """An old run.json has no observation_format: it was made inline. A code-only resume with the
+    new chat default is a different run; a no-tools resume (no result is ever shown) is not."""
+    import dataclasses
+
+    from eval.code import _start_mode
+    from research_agent.code.agent import CodeAgentConfig
+
+    for mode, same in (("no-tools", True), ("code-only", False)):
+        new = CodeAgentConfig(mode=mode).to_dict()
+        old = {k: v for k, v in new.items() if k != "observation_format"}
+        info = {
+            "schema": 1,
+            "mode": mode,
+            "tasks": "t",
+            "model": "m",
+            "adapter": None,
+            "endpoint": None,
+            "docs": None,
+        }
+        d = tmp_path / mode
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({**info, "agent_config": old}))
+        if same:
+            _start_mode(d, {**info, "agent_config": new})
+            assert json.loads((d / "run.json").read_text())["agent_config"]["observation_format"] == "chat"
+        else:
+            with pytest.raises(RunDirError, match="observation_format"):
+                _start_mode(d, {**info, "agent_config": new})
+            inline = dataclasses.replace(CodeAgentConfig(mode=mode), observation_format="inline").to_dict()
+            _start_mode(d, {**info, "agent_config": inline})  # asking for the old format resumes it
