@@ -149,7 +149,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> 
                 "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
         with open(metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(last) + "\n")
-        bar.set_postfix(loss=f"{float(loss):.3f}")
+        bar.set_postfix(loss=f"{last['loss']:.3f}")
         if (step + 1) % max(1, cfg.checkpoint_every) == 0:
             save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.keep_checkpoints)
     plot_training(metrics_path, out / "training.png")
