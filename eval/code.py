@@ -322,8 +322,7 @@ def rescore_mode(mode_dir: Path, *, progress: bool = True) -> dict[str, Any]:
     from tqdm import tqdm
 
     from corpus.packages import atomic_write_text
-    from research_agent.code.sanitize import changed
-    from research_agent.code.tasks import load_tasks, prepare_solution, run_tests
+    from research_agent.code.tasks import load_tasks, run_tests, sanitized_away
 
     run = read_json(mode_dir / RUN, "not a mode directory of `python -m eval code`")
     check_schema(run, mode_dir / RUN)
@@ -340,10 +339,7 @@ def rescore_mode(mode_dir: Path, *, progress: bool = True) -> dict[str, Any]:
         step, task = subs[-1], tasks[task_id]
         res = run_tests(task, step.argument)
         before = {k: step.info.get(k) for k in ("passed", "error", "sanitized")}
-        raw = prepare_solution(task, step.argument, sanitized=False)
-        step.info.update(
-            passed=res.ok, error=res.error, sanitized=changed(raw, prepare_solution(task, step.argument))
-        )
+        step.info.update(passed=res.ok, error=res.error, sanitized=sanitized_away(task, step.argument))
         step.info["before_rescore"] = before
         flips += bool(before["passed"]) != res.ok
         traj.gold["passed"] = res.ok

@@ -20,8 +20,7 @@ import re
 from typing import Any
 
 from research_agent.code.sandbox import DEFAULT_LIMITS, TEST_LIMITS, SandboxLimits, run_python, truncate
-from research_agent.code.sanitize import changed
-from research_agent.code.tasks import CodeTask, prepare_solution, run_tests
+from research_agent.code.tasks import CodeTask, run_tests, sanitized_away
 
 MODES = ("no-tools", "code-only", "multi-tool")
 OBSERVATION_CHARS = 2000
@@ -175,11 +174,7 @@ class CodeEnvironment:
             res = run_tests(self.task, argument, self.test_limits)
             self.submitted, self.passed = argument, res.ok
             body = "All tests passed." if res.ok else f"Tests failed: {res.error or 'unknown error'}"
-            # whether the tests saw less than the submission (demo code or a cut tail removed)
-            sanitized = changed(
-                prepare_solution(self.task, argument, sanitized=False), prepare_solution(self.task, argument)
-            )
-            info = {"passed": res.ok, "error": res.error, "sanitized": sanitized}
+            info = {"passed": res.ok, "error": res.error, "sanitized": sanitized_away(self.task, argument)}
             return truncate(body, OBSERVATION_CHARS), info, True
         return f"Invalid action: {argument or 'unrecognised output'}", {}, False
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from research_agent.code.sandbox import TEST_LIMITS, ExecResult, SandboxLimits, last_line, run_python
-from research_agent.code.sanitize import sanitize
+from research_agent.code.sanitize import changed, sanitize
 
 DATAFRAMEBENCH = ("dataframebench", "0.1.1")
 DATAFRAMEBENCH_SHA256 = {
@@ -273,6 +273,13 @@ def prepare_solution(task: CodeTask, solution_code: str, *, sanitized: bool = Tr
         return solution_code
     module_tests = task.meta.get("test_style") == "pytest-module"  # tests may import any constant
     return sanitize(solution_code, task.entry_point, keep_assignments=module_tests)
+
+
+def sanitized_away(task: CodeTask, solution_code: str) -> bool:
+    """Whether the tests see less than the submission (demo code or a token-cut tail removed)."""
+    return changed(
+        prepare_solution(task, solution_code, sanitized=False), prepare_solution(task, solution_code)
+    )
 
 
 def run_tests(
