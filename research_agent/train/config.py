@@ -66,6 +66,8 @@ class TrainConfig:
     clip_ratio: float = _f(0.2, "PPO-style ratio clip, used when ppo_epochs > 1 reuses a batch")
     ppo_epochs: int = _f(1, "optimizer passes over one batch of rollouts (1 = on-policy, no clipping needed)")
     micro_batch: int = _f(2, "trajectories per forward/backward (memory vs speed)")
+    share_prefix: bool = _f(True, "run a prompt shared by a group's trajectories once per update (same update, "
+                                  "fewer positions)")
     max_grad_norm: float = _f(1.0, "gradient clipping")
     lora_r: int = _f(16, "LoRA rank")
     lora_alpha: int = _f(32, "LoRA alpha")
@@ -105,7 +107,8 @@ class TrainConfig:
 
     # fields that may change on --resume without changing what the run computes
     RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "out", "concurrency", "checkpoint_every",
-                                            "keep_checkpoints", "kl_alarm")
+                                            "keep_checkpoints", "kl_alarm", "micro_batch",
+                                            "share_prefix")  # the last two change cost, not the update
 
     def __post_init__(self) -> None:
         from research_agent.code.env import MODES

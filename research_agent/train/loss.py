@@ -28,21 +28,27 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tup
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   with_entropy: bool = False, loss_mask: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   with_entropy: bool = False, loss_mask: torch.Tensor | None = None, *, cache=None,
+                   position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each token given its prefix; position t holds log p(x_t | x_<t) (0 at t=0).
 
     With ``loss_mask`` the vocabulary projection and softmax run only where some row of the batch
     has a model token (``logits_to_keep``); elsewhere the result is 0.  In agent trajectories most
     tokens are prompt and observations, and on a CPU the 49k-wide projection and its fp32 softmax
     over every position are a large share of a training step, so this is the trainer's path.
+
+    ``cache`` holds the K/V of a prefix that ``input_ids`` continue (``attention_mask`` then spans
+    prefix and input, ``position_ids`` start after the prefix); position 0 of the result is the
+    first input token, whose log-prob would need the prefix's last logit and is left 0.
     """
     keep = None
     if loss_mask is not None:
         cols = torch.nonzero(loss_mask[:, 1:].sum(0) > 0).squeeze(-1)
         keep = cols  # logits at column c predict token c + 1
-    out = model(input_ids=input_ids, attention_mask=attention_mask,
-                **({"logits_to_keep": keep} if keep is not None else {}))
+    extra = {"logits_to_keep": keep} if keep is not None else {}
+    if cache is not None:
+        extra.update(cache=cache, use_cache=True, position_ids=position_ids)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, **extra)
     if keep is None:
         logits = out.logits[:, :-1].float()
         targets = input_ids[:, 1:]

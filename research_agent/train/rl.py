@@ -16,6 +16,7 @@ import random
 import shutil
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -26,9 +27,10 @@ from research_agent.policy import LocalPolicy
 from research_agent.trajectory import Trajectory
 
 from .algorithms import gigpo_advantages, group_advantages, keep_groups, sequence_advantages
+from .batching import plan_update, prefix_pass, suffix_logprobs
 from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
-from .loss import pad_batch, policy_gradient_loss, reference_logprobs, token_logprobs
+from .loss import policy_gradient_loss
 from .plots import plot_training
 from .task_types import (
     TOOLS,
@@ -163,40 +165,58 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
              for (ids, mask), a in zip(trajs[i].sequences(), sequence_advantages(trajs[i], adv[i]), strict=True)]
     if not units:
         return stats
-    # Longest first, so each micro-batch holds similar lengths: it pads to its longest member, and
-    # agent trajectories range from one short turn to several long ones. The loss is the mean over
-    # every model token of the step (each micro-batch divides by the step's total), so how units
-    # are grouped changes nothing but the padding.
-    units.sort(key=lambda u: len(u[1]), reverse=True)
+    # The loss is the mean over every model token of the step (each chunk divides by the step's
+    # total), so how units are grouped and chunked changes nothing but the cost: a prompt shared by
+    # a group's trajectories runs once, and short suffixes are not padded to a long straggler.
+    plan = plan_update([(u[1], u[2]) for u in units], cfg.micro_batch, share_prefix=cfg.share_prefix)
     total = sum(sum(u[2]) for u in units)
-    old_cache: dict[int, torch.Tensor] = {}
+    old_cache: dict[tuple[int, int], torch.Tensor] = {}
     ent_sum = 0.0
     for epoch in range(cfg.ppo_epochs):
         opt.zero_grad(set_to_none=True)
-        for mb in range(0, len(units), cfg.micro_batch):
-            part = units[mb: mb + cfg.micro_batch]
-            ids, attn, lmask = pad_batch([u[1] for u in part], [u[2] for u in part], pad_id)
-            logp, ent = token_logprobs(model, ids, attn, with_entropy=True, loss_mask=lmask)
-            # without a KL term the reference pass (a quarter of the step) buys nothing: KL reads 0
-            ref = (reference_logprobs(model, ids, attn, loss_mask=lmask) if cfg.kl_coef > 0
-                   else logp.detach())
-            if epoch == 0:  # on-policy: the first pass defines the old policy
-                old_cache[mb] = logp.detach()
-            if any(isinstance(u[0], list) for u in part):  # per-token advantages (GiGPO), padded like ids
-                a = torch.zeros_like(lmask)
-                for r, u in enumerate(part):
-                    a[r, : len(u[0])] = torch.tensor(u[0], dtype=torch.float32)
-            else:
-                a = torch.tensor([u[0] for u in part], dtype=torch.float32)
-            loss, st = policy_gradient_loss(logp, old_cache[mb], ref, a, lmask, kl_coef=cfg.kl_coef,
-                                            clip_ratio=cfg.clip_ratio if cfg.ppo_epochs > 1 else None,
-                                            denom=total)
-            loss.backward()
-            if epoch == 0:
-                stats["loss"] += float(loss.detach())
-                stats["kl"] += st["kl"]
-                ent_sum += float((ent * lmask).sum())
-                stats["tokens"] += int(lmask.sum())
+        for b, block in enumerate(plan):
+            kv = leaves = attn = ref_kv = None
+            if not block.plain:
+                kv, attn = prefix_pass(model, block.prefixes, pad_id)
+                leaves = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in kv]
+                if cfg.kl_coef > 0:
+                    ref_kv, _ = prefix_pass(model, block.prefixes, pad_id, reference=True)
+            for c, chunk in enumerate(block.chunks):
+                part = [units[i] for i in chunk]
+                cut = [len(block.prefixes[block.row[i]]) for i in chunk]
+                seqs = [u[1][n:] for u, n in zip(part, cut, strict=True)]
+                masks = [u[2][n:] for u, n in zip(part, cut, strict=True)]
+                where = dict(prefix_attn=attn, rows=[block.row[i] for i in chunk], prefix_lens=cut)
+                logp, ent, lmask = suffix_logprobs(model, seqs, masks, pad_id, kv=leaves, with_entropy=True, **where)
+                if cfg.kl_coef > 0:  # without a KL term the reference pass buys nothing: KL reads 0
+                    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
+                    with torch.no_grad(), ctx:
+                        ref, _, _ = suffix_logprobs(model, seqs, masks, pad_id, kv=ref_kv, **where)
+                else:
+                    ref = logp.detach()
+                if epoch == 0:  # on-policy: the first pass defines the old policy
+                    old_cache[b, c] = logp.detach()
+                if any(isinstance(u[0], list) for u in part):  # per-token advantages (GiGPO), padded like ids
+                    a = torch.zeros_like(lmask)
+                    for r, (u, n) in enumerate(zip(part, cut, strict=True)):
+                        a[r, : len(u[0]) - n] = torch.tensor(u[0][n:], dtype=torch.float32)
+                else:
+                    a = torch.tensor([u[0] for u in part], dtype=torch.float32)
+                loss, st = policy_gradient_loss(logp, old_cache[b, c], ref, a, lmask, kl_coef=cfg.kl_coef,
+                                                clip_ratio=cfg.clip_ratio if cfg.ppo_epochs > 1 else None,
+                                                denom=total)
+                loss.backward()
+                if epoch == 0:
+                    stats["loss"] += float(loss.detach())
+                    stats["kl"] += st["kl"]
+                    ent_sum += float((ent * lmask).sum())
+                    stats["tokens"] += int(lmask.sum())
+            if leaves is not None:  # the suffixes' gradients w.r.t. the shared K/V, back through the prefix once
+                pairs = [(t, leaf.grad) for kv_pair, leaf_pair in zip(kv, leaves, strict=True)
+                         for t, leaf in zip(kv_pair, leaf_pair, strict=True)
+                         if t.requires_grad and leaf.grad is not None]  # layer 0's keys: frozen k_proj
+                if pairs:
+                    torch.autograd.backward([t for t, _ in pairs], grad_tensors=[gr for _, gr in pairs])
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
     stats["entropy"] = ent_sum / max(1, stats["tokens"])
