@@ -57,7 +57,7 @@ def _lead(mask: list[int]) -> int:
     return len(mask)
 
 
-def chunk_lengths(lengths: list[int], max_rows: int, pass_cost: int = PASS_COST) -> list[list[int]]:
+def chunk_lengths(lengths: list[int], max_rows: int, pass_cost: float = PASS_COST) -> list[list[int]]:
     """Split indices into chunks of ≤ ``max_rows`` minimising Σ (pass_cost + rows × longest).
 
     Over lengths sorted longest first the best chunks are contiguous runs, so a dynamic program over
@@ -80,9 +80,13 @@ def chunk_lengths(lengths: list[int], max_rows: int, pass_cost: int = PASS_COST)
     return chunks[::-1]
 
 
-def plan_update(units: list[tuple[list[int], list[int]]], micro_batch: int, *, share_prefix: bool = True
-                ) -> list[Block]:
-    """Lay out (ids, mask) units into blocks of shared prefixes and padding-light suffix chunks."""
+def plan_update(units: list[tuple[list[int], list[int]]], micro_batch: int, *, share_prefix: bool = True,
+                pass_cost: float = PASS_COST) -> list[Block]:
+    """Lay out (ids, mask) units into blocks of shared prefixes and padding-light suffix chunks.
+
+    ``share_prefix=False`` with a huge ``pass_cost`` (say 1e9) is the plain layout: whole sequences
+    in the fewest micro-batches of ``micro_batch`` rows (the reference in ``bench/update_layout.py``).
+    """
     micro_batch = max(1, micro_batch)
     rows: dict[tuple, list[int]] = {}
     plain: list[int] = []
@@ -101,13 +105,27 @@ def plan_update(units: list[tuple[list[int], list[int]]], micro_batch: int, *, s
             block.row.update({i: r for i in rows[key]})
         members = sorted(block.row)
         lengths = [len(units[i][0]) - len(block.prefixes[block.row[i]]) for i in members]
-        block.chunks = [[members[k] for k in c] for c in chunk_lengths(lengths, micro_batch)]
+        block.chunks = [[members[k] for k in c] for c in chunk_lengths(lengths, micro_batch, pass_cost)]
         blocks.append(block)
     if plain:
         block = Block(prefixes=[[]], row={i: 0 for i in plain})
-        block.chunks = [[plain[k] for k in c] for c in chunk_lengths([len(units[i][0]) for i in plain], micro_batch)]
+        lengths = [len(units[i][0]) for i in plain]
+        block.chunks = [[plain[k] for k in c] for c in chunk_lengths(lengths, micro_batch, pass_cost)]
         blocks.append(block)
     return blocks
+
+
+def plan_cost(plan: list[Block], units: list[tuple[list[int], list[int]]]) -> tuple[int, int]:
+    """(passes, positions fed) of one gradient pass over ``plan``: padded rows × widths, prefixes included."""
+    passes = positions = 0
+    for block in plan:
+        if not block.plain:
+            passes += 1
+            positions += len(block.prefixes) * max(len(p) for p in block.prefixes)
+        for chunk in block.chunks:
+            passes += 1
+            positions += len(chunk) * max(len(units[i][0]) - len(block.prefixes[block.row[i]]) for i in chunk)
+    return passes, positions
 
 
 def prefix_pass(model, prefixes: list[list[int]], pad_id: int, *, reference: bool = False):

@@ -151,7 +151,7 @@ def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list
 
 
 def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen: list[int], cfg: TrainConfig,
-                  pad_id: int) -> dict:
+                  pad_id: int, layout: dict | None = None) -> dict:
     """One optimizer step (or ``ppo_epochs`` of them) on the chosen trajectories; returns loss stats.
 
     The unit is a sequence the model actually saw (``Trajectory.sequences``): a full-context
@@ -168,7 +168,8 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
     # The loss is the mean over every model token of the step (each chunk divides by the step's
     # total), so how units are grouped and chunked changes nothing but the cost: a prompt shared by
     # a group's trajectories runs once, and short suffixes are not padded to a long straggler.
-    plan = plan_update([(u[1], u[2]) for u in units], cfg.micro_batch, share_prefix=cfg.share_prefix)
+    plan = plan_update([(u[1], u[2]) for u in units], cfg.micro_batch,
+                       **{"share_prefix": cfg.share_prefix, **(layout or {})})  # layout: benchmarks' overrides
     total = sum(sum(u[2]) for u in units)
     old_cache: dict[tuple[int, int], torch.Tensor] = {}
     ent_sum = 0.0

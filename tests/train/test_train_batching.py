@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from research_agent.train.batching import chunk_lengths, plan_update
+from research_agent.train.batching import chunk_lengths, plan_cost, plan_update
 from research_agent.train.config import TrainConfig
 from research_agent.train.rl import policy_update, setup_lora
 from research_agent.trajectory import Trajectory
@@ -68,6 +68,17 @@ def test_plan_shares_each_leading_context_once_and_stops_before_the_first_model_
     assert not any(blk.prefixes[0] for blk in plan_update(units, micro_batch=8, share_prefix=False))
 
 
+def test_plan_cost_counts_padded_positions_and_passes():
+    a = list(range(100, 120))
+    units = [(a + [1] * 30, [0] * 20 + [1] * 30), (a + [2] * 5, [0] * 20 + [1] * 5), (a + [3] * 4, [0] * 20 + [1] * 4)]
+    shared = plan_update(units, micro_batch=4)
+    assert [blk.chunks for blk in shared] == [[[0], [1, 2]]]
+    # one prefix pass of 19 tokens; suffixes of 31 and 6/5 tokens (each starts at the prompt's last token)
+    assert plan_cost(shared, units) == (3, 19 + 31 + 2 * 6)
+    plain = plan_update(units, micro_batch=4, share_prefix=False, pass_cost=1e9)
+    assert plan_cost(plain, units) == (1, 3 * 50)
+
+
 def _trajectories(tok, two_steps: bool):
     """Three prompts of different lengths (so prefix rows are left-padded), completions from 2 to 64
     tokens (a straggler), random token ids so every position matters; with ``two_steps`` each
@@ -112,6 +123,7 @@ def test_shared_prefix_update_equals_the_plain_padded_update(per_step):
     start = [p.detach().clone() for p in params]
     model.train()
     deltas, stats = {}, {}
+    plain = {"share_prefix": False, "pass_cost": 1e9}  # whole sequences, fewest micro-batches
     for share, micro in [(False, 16), (True, 16), (True, 2)]:
         with torch.no_grad():
             for p, s0 in zip(params, start, strict=True):
@@ -119,7 +131,7 @@ def test_shared_prefix_update_equals_the_plain_padded_update(per_step):
         opt = torch.optim.SGD(params, lr=cfg.lr)
         c = TrainConfig(**{**cfg.__dict__, "share_prefix": share, "micro_batch": micro})
         stats[share, micro] = policy_update(model, opt, params, trajs, adv, list(range(len(trajs))), c,
-                                            tok.pad_token_id)
+                                            tok.pad_token_id, layout=None if share else plain)
         deltas[share, micro] = torch.cat([(p.detach() - s0).flatten() for p, s0 in zip(params, start, strict=True)])
     ref = deltas[False, 16]
     assert ref.abs().max() > 1e-3
