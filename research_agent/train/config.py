@@ -93,6 +93,9 @@ class TrainConfig:
                             "is ToRL's +1/-1/-0.5)")
     pass_threshold: float = _f(0.8, "research: F1 at or above which a trajectory counts as correct (pass rate, "
                                "filtering); a code trajectory is correct when its submission passes the tests")
+    dynamic_sampling: int = _f(0, "extra rollout rounds per step (DAPO dynamic sampling): while fewer than "
+                                  "prompts_per_step groups survived the filters, draw that many more prompts; "
+                                  "0 trains on whatever survived the first round")
     filter_low: float = _f(0.2, "drop groups whose accuracy is below this (Agent RL Scaling Law); <=0 disables")
     filter_high: float = _f(0.8, "drop groups whose accuracy is above this; >=1 disables")
     filter_zero_variance: bool = _f(True, "drop groups whose rewards are all equal (no signal)")

@@ -254,20 +254,33 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     for step in bar:
         t0 = time.perf_counter()
         torch.manual_seed(cfg.seed * 100_003 + step)  # sampling reproducible per step, also after resume
-        batch_items = []
-        for _ in range(cfg.prompts_per_step):
-            batch_items += group_items(items[order[state["position"] % len(order)]], step, cfg)
-            state["position"] += 1
-        trajs = run_rollouts(batch_items, policy, browser, cfg)
-        results = [safe_reward(t, step) for t in trajs]
-        rewards = [r.score for r in results]
-        correct = [is_correct(t, cfg) for t in trajs]
-        if cfg.algorithm == "gigpo":
-            adv = gigpo_advantages(trajs, rewards, cfg.group_size, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega)
-        else:
-            adv = group_advantages(rewards, cfg.group_size, cfg.algorithm)
-        keep_g = keep_groups(rewards, correct, cfg.group_size, low=cfg.filter_low, high=cfg.filter_high,
-                             zero_variance=cfg.filter_zero_variance)
+        trajs, rewards, correct, adv, keep_g, results = [], [], [], [], [], []
+        rounds = 0
+        while True:  # DAPO dynamic sampling: draw more prompts while groups were filtered out
+            need = cfg.prompts_per_step - (sum(keep_g) if rounds else 0)
+            batch_items = []
+            for _ in range(need):
+                batch_items += group_items(items[order[state["position"] % len(order)]], step, cfg)
+                state["position"] += 1
+            r_trajs = run_rollouts(batch_items, policy, browser, cfg)
+            r_results = [safe_reward(t, step) for t in r_trajs]
+            r_rewards = [r.score for r in r_results]
+            r_correct = [is_correct(t, cfg) for t in r_trajs]
+            if cfg.algorithm == "gigpo":
+                r_adv = gigpo_advantages(r_trajs, r_rewards, cfg.group_size, gamma=cfg.gigpo_gamma,
+                                         omega=cfg.gigpo_omega)
+            else:
+                r_adv = group_advantages(r_rewards, cfg.group_size, cfg.algorithm)
+            keep_g += keep_groups(r_rewards, r_correct, cfg.group_size, low=cfg.filter_low, high=cfg.filter_high,
+                                  zero_variance=cfg.filter_zero_variance)
+            trajs += r_trajs
+            results += r_results
+            rewards += r_rewards
+            correct += r_correct
+            adv += r_adv
+            rounds += 1
+            if sum(keep_g) >= cfg.prompts_per_step or rounds > cfg.dynamic_sampling:
+                break
         chosen = [i for i, t in enumerate(trajs)
                   if keep_g[i // cfg.group_size] and not (cfg.drop_void_turns and t.has_void_turn)
                   and any(t.token_mask)]
@@ -279,6 +292,7 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         model.eval()
         row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, TOOLS[cfg.task_type]), "loss": upd["loss"], "kl": upd["kl"],
                "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
+               "sampling_rounds": rounds,
                "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll}
         comps: dict[str, float] = {}
         for r in results:

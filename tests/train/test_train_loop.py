@@ -136,6 +136,22 @@ def test_resume_reproduces_the_next_step(tmp_path, small_browser):
         train_rl(changed, resume=True, browser=small_browser, progress=False)
 
 
+@pytest.mark.parametrize("zero_variance,rounds", [(True, 3), (False, 1)])
+def test_dynamic_sampling_draws_more_prompts_while_groups_are_filtered(tmp_path, small_browser, zero_variance,
+                                                                       rounds):
+    """Greedy samples of one question are identical, so with the zero-variance filter every group is
+    dropped: dynamic sampling then draws a new prompt per round, up to 1 + dynamic_sampling rounds."""
+    tasks = _write_tasks(tmp_path / "tasks.jsonl")
+    cfg = _cfg(tmp_path, tasks, steps=1, filter_zero_variance=zero_variance, dynamic_sampling=2)
+    train_rl(cfg, browser=small_browser, progress=False)
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert row["sampling_rounds"] == rounds
+    assert row["kept_groups"] == (0 if zero_variance else 1)
+    assert row["trained_trajectories"] == (0 if zero_variance else 2)
+    state = json.loads((tmp_path / "run" / "checkpoints" / "step-1" / "state.json").read_text())
+    assert state["position"] == rounds  # the next step starts after every prompt drawn
+
+
 def test_a_raising_reward_gets_the_fallback(capsys):
     def broken(traj):
         raise KeyError("gold")
