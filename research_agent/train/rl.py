@@ -224,6 +224,22 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
     return stats
 
 
+def rollout_round(batch_items: list[dict], policy, browser, cfg: TrainConfig, step: int, safe_reward) -> tuple:
+    """Rollouts of whole groups, then rewards, correctness, advantages (within this round's groups)
+    and the dynamic filter's per-group keep flags."""
+    trajs = run_rollouts(batch_items, policy, browser, cfg)
+    results = [safe_reward(t, step) for t in trajs]
+    rewards = [r.score for r in results]
+    correct = [is_correct(t, cfg) for t in trajs]
+    if cfg.algorithm == "gigpo":
+        adv = gigpo_advantages(trajs, rewards, cfg.group_size, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega)
+    else:
+        adv = group_advantages(rewards, cfg.group_size, cfg.algorithm)
+    keep = keep_groups(rewards, correct, cfg.group_size, low=cfg.filter_low, high=cfg.filter_high,
+                       zero_variance=cfg.filter_zero_variance)
+    return trajs, results, rewards, correct, adv, keep
+
+
 def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: bool = True) -> dict:
     out = prepare_run(cfg, resume)
     items = load_tasks(cfg)
@@ -262,22 +278,9 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
             for _ in range(need):
                 batch_items += group_items(items[order[state["position"] % len(order)]], step, cfg)
                 state["position"] += 1
-            r_trajs = run_rollouts(batch_items, policy, browser, cfg)
-            r_results = [safe_reward(t, step) for t in r_trajs]
-            r_rewards = [r.score for r in r_results]
-            r_correct = [is_correct(t, cfg) for t in r_trajs]
-            if cfg.algorithm == "gigpo":
-                r_adv = gigpo_advantages(r_trajs, r_rewards, cfg.group_size, gamma=cfg.gigpo_gamma,
-                                         omega=cfg.gigpo_omega)
-            else:
-                r_adv = group_advantages(r_rewards, cfg.group_size, cfg.algorithm)
-            keep_g += keep_groups(r_rewards, r_correct, cfg.group_size, low=cfg.filter_low, high=cfg.filter_high,
-                                  zero_variance=cfg.filter_zero_variance)
-            trajs += r_trajs
-            results += r_results
-            rewards += r_rewards
-            correct += r_correct
-            adv += r_adv
+            rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward)
+            for acc, part in zip((trajs, results, rewards, correct, adv, keep_g), rnd, strict=True):
+                acc += part
             rounds += 1
             if sum(keep_g) >= cfg.prompts_per_step or rounds > cfg.dynamic_sampling:
                 break
