@@ -317,8 +317,10 @@ class BatchingPolicy:
 
 
 def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, endpoint: str | None = None,
-                *, progress: bool = True) -> Policy:
-    """The policy for a model name/path (local) or an OpenAI-compatible endpoint URL."""
+                *, progress: bool = True, cache_mb: int = 1024) -> Policy:
+    """The policy for a model name/path (local) or an OpenAI-compatible endpoint URL.
+
+    ``cache_mb`` bounds a local policy's prefix KV cache (0 turns it off: plain ``generate``)."""
     from .models import load_model, resolve_model_dir
 
     if endpoint:
@@ -336,4 +338,7 @@ def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, e
         net = merge_adapters(net, chain[:-1])  # an RL adapter sits on top of the merged SFT adapter
         net = PeftModel.from_pretrained(net, adapter)
         net.eval()
-    return LocalPolicy(net, tok, name=model if not adapter else f"{model}+{adapter}")
+    if cache_mb < 0:
+        raise ValueError(f"cache_mb must be >= 0 (0 disables the prefix cache), not {cache_mb}")
+    return LocalPolicy(net, tok, name=model if not adapter else f"{model}+{adapter}", prefix_cache=cache_mb > 0,
+                       cache_bytes=cache_mb << 20)

@@ -169,10 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adapter", default=None)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument("--prefix-cache-mb", type=int, default=1024,
+                   help="memory for the prefix KV cache shared by requests (0: off, plain generate)")
     args = p.parse_args(argv)
+    if args.prefix_cache_mb < 0:
+        p.error("--prefix-cache-mb must be >= 0 (0 turns the cache off)")
     from .policy import load_policy
 
-    policy = load_policy(args.model, adapter=args.adapter)
+    policy = load_policy(args.model, adapter=args.adapter, cache_mb=args.prefix_cache_mb)
     server = make_server(policy, args.model, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"serving {args.model} at http://{host}:{port}/v1", flush=True)

@@ -65,3 +65,14 @@ def test_unreachable_endpoint_is_a_clear_error(smol):
     policy = EndpointPolicy("http://127.0.0.1:9", "m", tok, timeout_s=1, retries=1)
     with pytest.raises(PolicyError, match="unreachable"):
         policy.generate([[1, 2, 3]], max_new_tokens=2)
+
+
+def test_the_prefix_cache_budget_is_configurable_and_zero_turns_it_off(capsys):
+    from research_agent.policy import load_policy
+    from research_agent.serve import main
+
+    assert load_policy("smollm2-135m", progress=False, cache_mb=16).cache.max_bytes == 16 << 20
+    assert load_policy("smollm2-135m", progress=False, cache_mb=0).cache is None
+    with pytest.raises(SystemExit):
+        main(["--model", "smollm2-135m", "--prefix-cache-mb", "-1"])
+    assert "--prefix-cache-mb must be >= 0" in capsys.readouterr().err
