@@ -263,12 +263,31 @@ def _unittest_error(stderr: str) -> str | None:
     return f"{summary}: {line}" if line else summary
 
 
+def starter_preamble(task: CodeTask) -> str:
+    """What the starter code puts before the entry point's ``def``: its imports and constants.
+
+    The starter code is the prompt's last fenced Python block (DataFrameBench, BigCodeBench) or the
+    HumanEval stub.  Models that answer with just the function routinely drop these lines (a
+    ``List`` hint without ``from typing import List``, a ``LETTERS`` constant), so the tests run
+    them first, as BigCodeBench's calibrated pass@1 does; the solution's own lines come after and win.
+    """
+    blocks = re.findall(r"```(?:python|py)?\n(.*?)```", task.prompt, flags=re.S)
+    starter = blocks[-1] if blocks else task.meta.get("stub") or ""
+    found = re.search(rf"^(?:async\s+)?def\s+{re.escape(task.entry_point)}\s*\(", starter, flags=re.M)
+    return starter[: found.start()].strip() if found else ""
+
+
 def prepare_solution(task: CodeTask, solution_code: str, *, sanitized: bool = True) -> str:
-    """The code the tests run: a stub body completed into its function, then sanitized
-    (``research_agent.code.sanitize``: demo calls and a token-cut tail removed)."""
+    """The code the tests run: the starter's preamble, then the solution (a stub body completed into
+    its function), then sanitized (``research_agent.code.sanitize``: demo calls and a token-cut
+    tail removed)."""
     stub = task.meta.get("stub")
     if stub and not re.search(rf"def\s+{re.escape(task.entry_point)}\s*\(", solution_code):
         solution_code = stub + solution_code  # a completion of the stub's body (HumanEval style)
+    else:
+        preamble = starter_preamble(task)
+        if preamble:
+            solution_code = f"{preamble}\n\n{solution_code}"
     if not sanitized:
         return solution_code
     module_tests = task.meta.get("test_style") == "pytest-module"  # tests may import any constant

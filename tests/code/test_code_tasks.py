@@ -59,6 +59,29 @@ def test_dataframebench_reference_passes_and_broken_fails():
     assert not bad.ok and bad.error.startswith("FAILED")
 
 
+def test_the_starter_codes_imports_and_constants_run_before_a_bare_function():
+    """Models answer with just the function, dropping the starter's imports and constants; the tests
+    run the starter's preamble first (BigCodeBench's calibrated scoring), and the solution wins."""
+    import dataclasses
+
+    from research_agent.code.tasks import starter_preamble
+
+    t = next(t for t in load_tasks("dataframebench:val") if t.id == "DFB/V0002")
+    preamble = starter_preamble(t)
+    assert preamble.startswith("import pandas as pd") and "def task_func" not in preamble
+    bare = "\n".join(line for line in t.meta["reference"].splitlines() if not line.startswith(("import ", "from ")))
+    assert "import" not in bare.split("def task_func")[0]
+    assert run_tests(t, bare).ok
+    no_starter = dataclasses.replace(t, prompt=t.prompt.split("```")[0])  # a prompt without starter code
+    assert starter_preamble(no_starter) == "" and not run_tests(no_starter, bare).ok
+    # a module constant of the starter is there for the function, and the solution's own value wins
+    constant = dataclasses.replace(t, prompt="```python\nLIMIT = 1\n\ndef task_func():\n    pass\n```",
+                                   test_code="assert task_func() == 2\n", meta={"test_style": "script"})
+    assert not run_tests(constant, "def task_func():\n    return LIMIT\n").ok
+    assert run_tests(constant, "def task_func():\n    return LIMIT + 1\n").ok
+    assert run_tests(constant, "LIMIT = 2\n\ndef task_func():\n    return LIMIT\n").ok
+
+
 def test_unknown_spec_lists_known_ones():
     with pytest.raises(ValueError, match="humaneval.*kodcode"):
         load_tasks("mbpp")
