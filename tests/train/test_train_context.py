@@ -43,15 +43,17 @@ def _trajectories(tok, browser, config=MANAGED):
     return [run("Paris"), run("Lyon")]
 
 
-def _capture_batches(monkeypatch):
+def _capture_units(monkeypatch):
+    """Record the (ids, mask) sequences the update lays out for the model, and the plan it made."""
     seen = []
-    real = rl.pad_batch
+    real = rl.plan_update
 
-    def spy(seqs, masks, pad_id):
-        seen.append((seqs, masks))
-        return real(seqs, masks, pad_id)
+    def spy(units, micro_batch, **kw):
+        plan = real(units, micro_batch, **kw)
+        seen.append((list(units), plan))
+        return plan
 
-    monkeypatch.setattr(rl, "pad_batch", spy)
+    monkeypatch.setattr(rl, "plan_update", spy)
     return seen
 
 
@@ -62,19 +64,20 @@ def test_managed_update_trains_each_step_on_its_own_prompt(small_browser, monkey
     for t in trajs:
         t.check_consistency()
         assert t.managed and t.turns == 2
-    seen = _capture_batches(monkeypatch)
+    seen = _capture_units(monkeypatch)
     lora = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     model.train()
     stats = policy_update(model, opt, params, trajs, [1.0, -1.0], [0, 1], cfg, tok.pad_token_id)
-    # four sequences (2 steps × 2 trajectories) in micro-batches of 2: each step's prompt + completion,
-    # and loss only where the model wrote (longest first: the order is the trainer's padding choice)
-    rows = [(s, m) for seqs, masks in seen for s, m in zip(seqs, masks, strict=True)]
+    # four sequences (2 steps × 2 trajectories): each step's prompt + completion, loss only where the
+    # model wrote; every pass holds at most micro_batch rows
+    (units, plan), = seen
     expected = [(st.prompt_ids + st.completion_ids, [0] * len(st.prompt_ids) + [1] * len(st.completion_ids))
                 for t in trajs for st in t.steps]
-    assert sorted(rows) == sorted(expected) and len(seen) == 2
-    assert [len(s) for s, _ in rows] == sorted((len(s) for s, _ in rows), reverse=True)
+    assert sorted(units) == sorted(expected)
+    assert sorted(i for blk in plan for c in blk.chunks for i in c) == [0, 1, 2, 3]
+    assert all(len(c) <= 2 for blk in plan for c in blk.chunks) and all(len(blk.prefixes) <= 2 for blk in plan)
     assert stats["tokens"] == sum(t.generated_tokens for t in trajs)
     assert torch.isfinite(torch.tensor(stats["loss"]))
     assert any(not torch.equal(p, lora[n]) for n, p in model.named_parameters() if "lora_" in n)
@@ -123,17 +126,16 @@ def test_full_context_update_is_unchanged(small_browser, smol, monkeypatch):
     any forward pass: only what reaches the model is compared)."""
     _, tok = smol
     trajs = _trajectories(tok, small_browser, AgentConfig(search_k=1, snippet_chars=120))
-    seen = _capture_batches(monkeypatch)
+    seen = _capture_units(monkeypatch)
 
     class Stop(Exception):
         pass
 
-    monkeypatch.setattr(rl, "token_logprobs", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+    monkeypatch.setattr(rl, "prefix_pass", lambda *a, **k: (_ for _ in ()).throw(Stop()))
     with pytest.raises(Stop):
         policy_update(None, torch.optim.SGD([torch.zeros(1, requires_grad=True)]), [], trajs, [1.0, -1.0], [0, 1], TrainConfig(micro_batch=2), tok.pad_token_id)
-    assert len(seen) == 1
-    pairs = sorted(zip(*seen[0], strict=True))
-    assert pairs == sorted((t.prompt_ids + t.token_ids, [0] * len(t.prompt_ids) + t.token_mask) for t in trajs)
+    (units, _), = seen
+    assert sorted(units) == sorted((t.prompt_ids + t.token_ids, [0] * len(t.prompt_ids) + t.token_mask) for t in trajs)
 
 
 def test_managed_synthesis_exports_sft_examples_equal_to_what_the_agent_saw(tmp_path, small_corpus_dir, smol):
