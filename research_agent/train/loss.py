@@ -8,8 +8,6 @@ of the model is held in memory.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import torch
 import torch.nn.functional as F
 
@@ -74,14 +72,6 @@ def _scatter_columns(values: torch.Tensor, cols: torch.Tensor, width: int) -> to
     """Place per-kept-column values into a zero [batch, width] tensor (differentiable)."""
     full = values.new_zeros((values.shape[0], width))
     return full.index_copy(1, cols, values)
-
-
-def reference_logprobs(model, input_ids, attention_mask, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Log-probs under the base model: the LoRA adapter switched off for this forward pass."""
-    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
-    with torch.no_grad(), ctx:
-        lp, _ = token_logprobs(model, input_ids, attention_mask, loss_mask=loss_mask)
-    return lp
 
 
 def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
