@@ -128,6 +128,17 @@ def plan_cost(plan: list[Block], units: list[tuple[list[int], list[int]]]) -> tu
     return passes, positions
 
 
+def reference_mode(model):
+    """No grad and the LoRA adapter off: the KL reference is the same network without its adapter (E1)."""
+    from contextlib import ExitStack
+
+    stack = ExitStack()
+    stack.enter_context(torch.no_grad())
+    if hasattr(model, "disable_adapter"):
+        stack.enter_context(model.disable_adapter())
+    return stack
+
+
 def prefix_pass(model, prefixes: list[list[int]], pad_id: int, *, reference: bool = False):
     """Left-padded pass over prefix rows; returns (per-layer (keys, values), attention mask).
 
@@ -140,9 +151,7 @@ def prefix_pass(model, prefixes: list[list[int]], pad_id: int, *, reference: boo
         ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
         attn[r, width - len(p):] = 1
         pos[r, width - len(p):] = torch.arange(len(p))
-    ctx = model.disable_adapter() if reference and hasattr(model, "disable_adapter") else nullcontext()
-    grad = torch.no_grad() if reference else nullcontext()
-    with grad, ctx:
+    with (reference_mode(model) if reference else nullcontext()):
         out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
     return [(layer.keys, layer.values) for layer in out.cache.layers], attn
 

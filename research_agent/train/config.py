@@ -65,7 +65,7 @@ class TrainConfig:
                         "the reference forward pass (faster; the logged KL is then 0)")
     clip_ratio: float = _f(0.2, "PPO-style ratio clip, used when ppo_epochs > 1 reuses a batch")
     ppo_epochs: int = _f(1, "optimizer passes over one batch of rollouts (1 = on-policy, no clipping needed)")
-    micro_batch: int = _f(2, "trajectories per forward/backward (memory vs speed)")
+    micro_batch: int = _f(2, "most rows in one forward/backward pass of the update (memory vs speed)")
     share_prefix: bool = _f(True, "run a prompt shared by a group's trajectories once per update (same update, "
                                   "fewer positions)")
     max_grad_norm: float = _f(1.0, "gradient clipping")

@@ -16,7 +16,6 @@ import random
 import shutil
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -27,7 +26,7 @@ from research_agent.policy import LocalPolicy
 from research_agent.trajectory import Trajectory
 
 from .algorithms import gigpo_advantages, group_advantages, keep_groups, sequence_advantages
-from .batching import plan_update, prefix_pass, suffix_logprobs
+from .batching import plan_update, prefix_pass, reference_mode, suffix_logprobs
 from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
 from .loss import policy_gradient_loss
@@ -190,8 +189,7 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
                 where = dict(prefix_attn=attn, rows=[block.row[i] for i in chunk], prefix_lens=cut)
                 logp, ent, lmask = suffix_logprobs(model, seqs, masks, pad_id, kv=leaves, with_entropy=True, **where)
                 if cfg.kl_coef > 0:  # without a KL term the reference pass buys nothing: KL reads 0
-                    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
-                    with torch.no_grad(), ctx:
+                    with reference_mode(model):
                         ref, _, _ = suffix_logprobs(model, seqs, masks, pad_id, kv=ref_kv, **where)
                 else:
                     ref = logp.detach()
