@@ -27,7 +27,7 @@ OBSERVATION_CHARS = 2000
 MAX_QUERY_CHARS = 300
 SEARCH_HITS = 3
 HIT_CHARS = 600
-_SEARCH = re.compile(r"<search>(.*?)(?:</search>|\Z)", re.DOTALL | re.IGNORECASE)
+_SEARCH = re.compile(r"<search>(.*?)(</search>|\Z)", re.DOTALL | re.IGNORECASE)
 # An opening fence with its info string, at the start of a line.
 _FENCE = re.compile(r"(?m)^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n")
 _CLOSE = re.compile(r"(?m)^[ \t]*```[ \t]*$")
@@ -47,7 +47,9 @@ def _first_action(text: str) -> tuple[str, str, int] | None:
     """(kind, body, position) of the earliest action: 'search', or a fence's language."""
     found = []
     m = _SEARCH.search(text)
-    if m:
+    # An unclosed tag is a search only when its rest reads as a query: a model that echoes a hint
+    # ("write <search>, ```python or ```submit") must not search for the hint's text.
+    if m and (m.group(2) or not re.search(r"[\n`<>]", m.group(1).strip())):
         found.append(("search", m.group(1), m.start()))
     f = _FENCE.search(text)
     if f:

@@ -40,6 +40,16 @@ def test_first_action_wins_and_unclosed_final_block_is_accepted():
     assert parse("<search>pandas merge", "multi-tool")[:2] == ("search", "pandas merge")
 
 
+def test_echoed_hint_is_not_a_search():
+    # qwen copied the invalid-turn hint back as its turn; the unclosed tag must not search the hint
+    hint = parse("nothing useful", "multi-tool")[3]
+    assert "<search>" in hint
+    action, argument, valid, _ = parse(f"Invalid action: {hint}", "multi-tool")
+    assert (action, valid) == ("invalid", False) and argument == ""
+    # an unclosed tag followed by a runnable block: the block is the action
+    assert parse("<search>pandas\n```python\nprint(1)\n```\n", "multi-tool")[:2] == ("execute", "print(1)")
+
+
 def test_mode_rules():
     assert parse("<search>x</search>", "code-only")[2] is False
     assert parse("```python\ndef f(): pass\n```", "no-tools")[:2] == ("submit", "def f(): pass")
