@@ -32,7 +32,8 @@ def _f(default, help: str):
 
 @dataclass
 class TrainConfig:
-    stage: str = _f("rl", "rl (policy gradient on rollouts) or sft (cold start on synthesized trajectories)")
+    stage: str = _f("rl", "rl (policy gradient on rollouts) or sft (cold start: research on synthesized "
+                "trajectories, code on demonstrations replayed from the tasks' reference solutions)")
     task_type: str = _f("research", "research (questions answered with search/open/find) or code (programming "
                         "tasks solved with search docs/execute/submit, checked by their tests)")
     model: str = _f("smollm2-135m", "named offline model, local path or hub id")
@@ -48,6 +49,8 @@ class TrainConfig:
                                    "(for code: one serving the API-docs corpus)")
     code_mode: str = _f("multi-tool", "code: multi-tool (search docs + execute + submit; the model learns when to "
                         "use which), code-only (execute + submit) or no-tools (one shot)")
+    demo_tasks: int = _f(0, "code SFT: demonstrate the first N tasks (0: all); each demonstration replays the "
+                         "task's reference solution through the agent (search docs, execute, submit)")
     docs_modules: list[str] = _f([], "code: modules documented when the API-docs corpus is first built "
                                  "(empty: the default stdlib + data-science set)")
     out: str = _f("runs/train", "run directory: config, metrics.jsonl, plots, checkpoints/")
@@ -124,8 +127,6 @@ class TrainConfig:
             raise ConfigError(f"algorithm must be reinforce, grpo, rloo or gigpo, not {self.algorithm!r}")
         if self.task_type not in TASK_TYPES:
             raise ConfigError(f"task_type must be one of {', '.join(TASK_TYPES)}, not {self.task_type!r}")
-        if self.task_type == "code" and self.stage != "rl":
-            raise ConfigError("SFT renders research trajectories only; train code tasks with stage rl")
         if self.context not in ("full", "managed"):
             raise ConfigError(f"context must be full or managed, not {self.context!r}")
         if self.code_mode not in MODES:

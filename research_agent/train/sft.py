@@ -97,21 +97,47 @@ def load_sft_records(path: str) -> list[dict]:
     return out
 
 
+def code_examples(tok, cfg: TrainConfig, out, resume: bool, progress: bool
+                  ) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """Code SFT: demonstrations from the tasks' reference solutions (``research_agent.code.demos``),
+    rendered through the live code agent with this model's tokenizer into OUT/demos.jsonl (kept on
+    --resume, so an interrupted build continues where it stopped)."""
+    from research_agent.code.demos import build_demos
+
+    from .task_types import agent_config, load_tasks, make_browser
+
+    path = out / "demos.jsonl"
+    if not resume and path.exists():
+        path.unlink()
+    demos = build_demos(load_tasks(cfg), tok, agent_config(cfg), path, docs_browser=make_browser(cfg),
+                        limit=cfg.demo_tasks, progress=progress)
+    examples, skipped = [], 0
+    for traj in demos:
+        for ids, mask in traj.sequences():
+            if len(ids) <= cfg.max_total_tokens and any(mask):
+                examples.append((ids, mask))
+            else:
+                skipped += 1
+    return examples, skipped
+
+
 def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict:
     from .rl import save_adapter, setup_lora
 
-    if not cfg.tasks:
+    if not cfg.tasks and cfg.task_type != "code":
         raise SystemExit("--stage sft needs --tasks SFT.jsonl (from `python -m synth sft-export`)")
     out = prepare_run(cfg, resume)
     model, tok = setup_lora(cfg, progress=progress)
-    records = load_sft_records(cfg.tasks)
-    examples, skipped = [], 0
-    for r in records:
-        found = render_examples(tok, r, cfg)
-        examples += found
-        skipped += not found
+    if cfg.task_type == "code":
+        examples, skipped = code_examples(tok, cfg, out, resume, progress)
+    else:
+        examples, skipped = [], 0
+        for r in load_sft_records(cfg.tasks):
+            found = render_examples(tok, r, cfg)
+            examples += found
+            skipped += not found
     if not examples:
-        raise SystemExit(f"no usable SFT examples in {cfg.tasks}")
+        raise SystemExit(f"no usable SFT examples in {cfg.tasks or 'the code tasks'}")
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     steps_per_epoch = (len(examples) + cfg.micro_batch - 1) // cfg.micro_batch

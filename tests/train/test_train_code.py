@@ -152,8 +152,8 @@ def test_task_type_fields_map_from_toml_and_flags_and_bad_values_say_what_to_use
         load_config(["--task-type", "kode"])
     with pytest.raises(ConfigError, match="code_mode must be one of"):
         TrainConfig(task_type="code", code_mode="all-tools")
-    with pytest.raises(ConfigError, match="stage rl"):
-        TrainConfig(task_type="code", stage="sft")
+    with pytest.raises(ConfigError, match="stage must be rl or sft"):
+        TrainConfig(task_type="code", stage="dpo")
     from research_agent.train.task_types import load_tasks
 
     dfb = load_tasks(TrainConfig(task_type="code"))  # the default: DataFrameBench's train split
