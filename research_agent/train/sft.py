@@ -4,6 +4,8 @@ The export is text (teacher and student tokenizers differ), so each example is r
 the student's tokenizer exactly as the agent renders a live episode: the chat-template prompt,
 then each completion (loss) followed by its observation (no loss).  A managed-context record gives
 one example per turn instead: the prompt the agent would rebuild for that turn, then the turn.
+Code tasks (``task_type="code"``) need no export: their demonstrations are replayed from the
+tasks' reference solutions through the live code agent (``research_agent.code.demos``).
 The resulting adapter is what RL starts from (``--init-adapter``).
 """
 
