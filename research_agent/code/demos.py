@@ -167,8 +167,9 @@ def build_demos(tasks: list[CodeTask], tokenizer, config: CodeAgentConfig, path:
     from tqdm import tqdm
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    tasks = tasks[:limit] if limit > 0 else tasks
     done = {t.id: t for t in read_demos(path)}
-    todo = [t for t in (tasks[:limit] if limit > 0 else tasks) if t.id not in done]
+    todo = [t for t in tasks if t.id not in done]
     failures = 0
     with open(path, "a", encoding="utf-8") as f:
         for task in tqdm(todo, desc="demos", disable=not progress):
@@ -184,8 +185,7 @@ def build_demos(tasks: list[CodeTask], tokenizer, config: CodeAgentConfig, path:
             f.flush()
             os.fsync(f.fileno())
             done[traj.id] = traj
-    wanted = [t.id for t in (tasks[:limit] if limit > 0 else tasks)]
-    demos = [done[i] for i in wanted if i in done]
+    demos = [done[t.id] for t in tasks if t.id in done]
     kept = [t for t in demos if usable(t)]
     if progress:
         print(f"demonstrations: {len(kept)} of {len(demos)} rendered tasks passed their tests"
