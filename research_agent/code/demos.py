@@ -15,6 +15,7 @@ only demonstrations whose tests pass are kept.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 import sys
@@ -134,8 +135,7 @@ def render_demo(task: CodeTask, tokenizer, config: CodeAgentConfig, docs_browser
     if not turns:
         return None
     policy = ReplayPolicy(tokenizer, turns, name="reference-demo")
-    cfg = CodeAgentConfig(**{**config.to_dict(), "temperature": 0.0})
-    return CodeAgent(policy, task, docs_browser, cfg).run()
+    return CodeAgent(policy, task, docs_browser, dataclasses.replace(config, temperature=0.0)).run()
 
 
 def usable(traj: Trajectory) -> bool:
