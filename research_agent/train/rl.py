@@ -68,6 +68,10 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
                       target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
     model = get_peft_model(base, lcfg)
     model.merged_chain = chain
+    if cfg.gradient_checkpointing:
+        # non-reentrant: the frozen embeddings give the first layer's input no grad, which the
+        # reentrant variant would take as "nothing to differentiate" and drop LoRA's gradients
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model, tok
 
 
@@ -167,8 +171,9 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
     # The loss is the mean over every model token of the step (each chunk divides by the step's
     # total), so how units are grouped and chunked changes nothing but the cost: a prompt shared by
     # a group's trajectories runs once, and short suffixes are not padded to a long straggler.
+    share = cfg.share_prefix and not cfg.gradient_checkpointing  # checkpointed layers write no K/V cache
     plan = plan_update([(u[1], u[2]) for u in units], cfg.micro_batch,
-                       **{"share_prefix": cfg.share_prefix, **(layout or {})})  # layout: benchmarks' overrides
+                       **{"share_prefix": share, **(layout or {})})  # layout: benchmarks' overrides
     total = sum(sum(u[2]) for u in units)
     old_cache: dict[tuple[int, int], torch.Tensor] = {}
     ent_sum = 0.0

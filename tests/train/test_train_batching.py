@@ -141,3 +141,41 @@ def test_shared_prefix_update_equals_the_plain_padded_update(per_step):
         assert stats[key]["loss"] == pytest.approx(stats[False, 16]["loss"], rel=1e-4, abs=1e-6)
         assert stats[key]["kl"] == pytest.approx(stats[False, 16]["kl"], rel=1e-3)
         assert stats[key]["kl"] > 0
+
+
+def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_update():
+    """Checkpointing trades compute for memory: each decoder layer runs again in the backward, and
+    the update equals the default one (which shares prefixes through a K/V cache)."""
+    deltas, calls = {}, {}
+    for gc in (False, True):
+        torch.manual_seed(0)  # the same LoRA init on both sides
+        cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora_dropout=0.0, max_grad_norm=1e9, micro_batch=16,
+                          gradient_checkpointing=gc)
+        model, tok = setup_lora(cfg, progress=False)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.02, generator=torch.Generator().manual_seed(1))
+        trajs = _trajectories(tok, False)
+        adv = torch.linspace(-1, 1, len(trajs)).tolist()
+        params = [p for p in model.parameters() if p.requires_grad]
+        start = [p.detach().clone() for p in params]
+        count, mlp = [0], model.base_model.model.model.layers[3].mlp  # calls of one layer's MLP (forward
+        inner = mlp.forward  # hooks do not fire in the backward's replay; the forward itself runs)
+
+        def counted(*a, _inner=inner, _count=count, **k):
+            _count[0] += 1
+            return _inner(*a, **k)
+        mlp.forward = counted
+        model.train()
+        policy_update(model, torch.optim.SGD(params, lr=cfg.lr), params, trajs, adv, list(range(len(trajs))), cfg,
+                      tok.pad_token_id)
+        deltas[gc] = torch.cat([(p.detach() - s0).flatten() for p, s0 in zip(params, start, strict=True)])
+        units = [u for t in trajs for u in t.sequences()]
+        calls[gc] = count[0], sum(len(b.chunks) for b in plan_update(units, 16, share_prefix=not gc))
+    assert deltas[False].abs().max() > 1e-3
+    assert torch.allclose(deltas[True], deltas[False], rtol=1e-3, atol=1e-5), float((deltas[True] - deltas[False]).abs().max())
+    # default: a prefix pass and its reference, then each suffix chunk and its reference; checkpointed:
+    # whole sequences, each chunk's policy pass, its reference, and the policy pass again in the backward
+    (shared, chunks), (ckpt, plain_chunks) = calls[False], calls[True]
+    assert shared == 2 + 2 * chunks and ckpt == 3 * plain_chunks, calls
