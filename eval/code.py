@@ -151,7 +151,7 @@ def rl_result(run_dir: str | Path) -> dict[str, Any]:
 
 # ---- running ----------------------------------------------------------------------------------
 # Agent-config fields added after runs were made, at the value that reproduces those runs.
-LEGACY_AGENT_CONFIG = {"observation_format": "inline"}
+LEGACY_AGENT_CONFIG = {"observation_format": "inline", "stop_loops": False}
 
 
 def _comparable(run: dict[str, Any]) -> dict[str, Any]:
@@ -385,6 +385,11 @@ def config_from_pairs(pairs: list[str]) -> CodeAgentConfig:
         if not sep or name not in fields:
             raise SystemExit(f"--set expects name=value with name one of: {', '.join(fields)} (got {pair!r})")
         kind = type(fields[name].default)
+        if kind is bool:  # bool("false") is True
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise SystemExit(f"--set {name}: {raw!r} is not true or false")
+            values[name] = raw.lower() in ("true", "1", "yes")
+            continue
         try:
             values[name] = kind(raw)
         except ValueError as e:

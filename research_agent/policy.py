@@ -28,7 +28,7 @@ class Generation:
     text: str
     token_ids: list[int]
     logprobs: list[float]
-    finish_reason: str  # "stop" (a stop string), "eos" or "length"
+    finish_reason: str  # "stop" (a stop string), "eos", "length" or "loop" (see ``stop_loops``)
 
 
 class Policy(Protocol):
@@ -42,7 +42,49 @@ class Policy(Protocol):
         max_new_tokens: int = 128,
         temperature: float = 0.0,
         stop: list[str] | None = None,
+        stop_loops: bool = False,
     ) -> list[Generation]: ...
+
+
+# A turn "ends in a loop" when its last tokens are one block of at most LOOP_PERIOD tokens repeated
+# at least LOOP_REPEATS times, over at least LOOP_SPAN tokens.  Small models fall into such loops
+# (the same import line, the same sentence) and then fill every turn to its token limit: in the
+# smollm2 code runs here half of all generated tokens were loop repeats, and greedy decoding never
+# left one.  Real code rarely repeats a whole block four times in a row (in the qwen runs the only
+# hits were a sample output looping forever, in tasks that failed).
+LOOP_PERIOD, LOOP_REPEATS, LOOP_SPAN = 64, 4, 48
+
+
+def ends_in_loop(ids: list[int]) -> bool:
+    """Whether ``ids`` ends in LOOP_REPEATS or more repeats of one block (see LOOP_PERIOD)."""
+    n = len(ids)
+    if n < LOOP_SPAN:
+        return False
+    last = ids[-1]
+    for p in range(1, LOOP_PERIOD + 1):
+        span = max(p * LOOP_REPEATS, LOOP_SPAN)
+        if span > n:
+            break
+        if ids[-1 - p] == last and ids[n - span: n - p] == ids[n - span + p:]:
+            return True
+    return False
+
+
+def cut_at_loop(ids: list[int]) -> tuple[list[int], bool]:
+    """``ids`` up to the first point where they end in a loop (kept: the model wrote it), and
+    whether there was one."""
+    for n in range(LOOP_SPAN, len(ids) + 1):
+        if ends_in_loop(ids[:n]):
+            return ids[:n], True
+    return ids, False
+
+
+def _finish(tokenizer, ids: list[int], lps: list[float], stop, eos_ids: set[int], stop_loops: bool) -> Generation:
+    kept, reason = cut_at_stop(tokenizer, ids, stop, eos_ids)
+    if stop_loops:
+        kept, looped = cut_at_loop(kept)
+        reason = "loop" if looped else reason
+    return Generation(tokenizer.decode(kept, skip_special_tokens=True), kept, lps[: len(kept)], reason)
 
 
 def cut_at_stop(tokenizer, ids: list[int], stop: list[str] | None, eos_ids: set[int]) -> tuple[list[int], str]:
@@ -100,22 +142,26 @@ class LocalPolicy:
             self.eos_ids.update(gen_eos)
         self._lock = threading.Lock()
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
+                 stop_loops=False) -> list[Generation]:
+        """``stop_loops`` ends a row once it ends in a loop (``ends_in_loop``; finish reason "loop")."""
         if not prompts:
             return []
         if self.cache is not None:
-            return self._generate_cached(prompts, max_new_tokens, temperature, stop)
-        return self._generate_plain(prompts, max_new_tokens, temperature, stop)
+            return self._generate_cached(prompts, max_new_tokens, temperature, stop, stop_loops)
+        return self._generate_plain(prompts, max_new_tokens, temperature, stop, stop_loops)
 
-    def _generate_cached(self, prompts, max_new_tokens, temperature, stop) -> list[Generation]:
+    def _generate_cached(self, prompts, max_new_tokens, temperature, stop, stop_loops) -> list[Generation]:
         import torch
 
         from .prefix_cache import cached_generate
 
         tok = self.tokenizer
         stop_hit = None
-        if stop:
-            def stop_hit(ids, _stop=tuple(stop)):  # the tail is enough: stop strings are a few tokens
+        if stop or stop_loops:
+            def stop_hit(ids, _stop=tuple(stop or ())):  # the tail is enough: stop strings are a few tokens
+                if stop_loops and ends_in_loop(ids):
+                    return True
                 text = tok.decode(ids[-16:], skip_special_tokens=True)
                 return any(s in text for s in _stop)
         pad = tok.pad_token_id if tok.pad_token_id is not None else min(self.eos_ids)
@@ -129,13 +175,9 @@ class LocalPolicy:
             finally:
                 if was_training:
                     self.model.train()
-        results = []
-        for ids, lps, _ in rows:
-            kept, reason = cut_at_stop(tok, ids, stop, self.eos_ids)
-            results.append(Generation(tok.decode(kept, skip_special_tokens=True), kept, lps[: len(kept)], reason))
-        return results
+        return [_finish(tok, ids, lps, stop, self.eos_ids, stop_loops) for ids, lps, _ in rows]
 
-    def _generate_plain(self, prompts, max_new_tokens, temperature, stop) -> list[Generation]:
+    def _generate_plain(self, prompts, max_new_tokens, temperature, stop, stop_loops) -> list[Generation]:
         import torch
 
         pad = self.tokenizer.pad_token_id
@@ -171,13 +213,9 @@ class LocalPolicy:
         # (one step at a time: a stacked [batch, steps, vocab] tensor would be large)
         chosen = torch.stack([torch.log_softmax(step_logits.float(), dim=-1).gather(-1, new[:, i: i + 1]).squeeze(-1)
                               for i, step_logits in enumerate(out.logits)], dim=1)
-        results = []
-        for i in range(len(prompts)):
-            ids = new[i].tolist()
-            kept, reason = cut_at_stop(self.tokenizer, ids, stop, self.eos_ids)
-            text = self.tokenizer.decode(kept, skip_special_tokens=True)
-            results.append(Generation(text, kept, chosen[i, : len(kept)].tolist(), reason))
-        return results
+        # a loop is cut afterwards here: the same tokens as the cached path, which stops generating there
+        return [_finish(self.tokenizer, new[i].tolist(), chosen[i].tolist(), stop, self.eos_ids, stop_loops)
+                for i in range(len(prompts))]
 
 
 class EndpointPolicy:
@@ -221,7 +259,9 @@ class EndpointPolicy:
                 time.sleep(min(8.0, 0.5 * 2**attempt))
         raise PolicyError(f"endpoint {self.base_url} unreachable after {self.retries + 1} tries: {last}")
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
+                 stop_loops=False) -> list[Generation]:
+        """``stop_loops`` cuts a loop from the returned text (the server generated it all)."""
         texts = [self.tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
         payload = {"model": self.model_name, "prompt": texts, "max_tokens": max_new_tokens,
                    "temperature": temperature, "logprobs": 1}
@@ -245,7 +285,12 @@ class EndpointPolicy:
             lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
             lp = [float(x) if x is not None else 0.0 for x in lp][: len(ids)]
             lp += [0.0] * (len(ids) - len(lp))
-            results.append(Generation(text, ids, lp, reason if reason in ("stop", "length") else "eos"))
+            reason = reason if reason in ("stop", "length") else "eos"
+            if stop_loops:
+                cut, looped = cut_at_loop(ids)
+                if looped:
+                    ids, lp, text, reason = cut, lp[: len(cut)], self.tokenizer.decode(cut), "loop"
+            results.append(Generation(text, ids, lp, reason))
         if len(results) != len(prompts):
             raise PolicyError(f"endpoint returned {len(results)} choices for {len(prompts)} prompts")
         return results
@@ -270,8 +315,9 @@ class BatchingPolicy:
         self._worker.start()
         self.calls = 0  # batched calls made, for benchmarks and tests
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
-        key = (max_new_tokens, float(temperature), tuple(stop or ()))
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
+                 stop_loops=False) -> list[Generation]:
+        key = (max_new_tokens, float(temperature), tuple(stop or ()), bool(stop_loops))
         done = threading.Event()
         slot: dict = {}
         self._queue.put((key, list(prompts), slot, done))
@@ -299,11 +345,12 @@ class BatchingPolicy:
             groups: dict = {}
             for item in pending:
                 groups.setdefault(item[0], []).append(item)
-            for (max_new, temp, stop), items in groups.items():
+            for (max_new, temp, stop, loops), items in groups.items():
                 flat = [p for it in items for p in it[1]]
                 try:
+                    extra = {"stop_loops": True} if loops else {}  # policies without the option still serve
                     out = self.policy.generate(flat, max_new_tokens=max_new, temperature=temp,
-                                               stop=list(stop) or None)
+                                               stop=list(stop) or None, **extra)
                     self.calls += 1
                     pos = 0
                     for it in items:

@@ -66,6 +66,15 @@ class CodeAgentConfig:
         },
     )
 
+    stop_loops: bool = field(
+        default=True,
+        metadata={
+            "help": "end a turn once it ends in a loop (one block of tokens repeated 4+ times; "
+            "research_agent.policy.ends_in_loop): small models loop to the token limit, and the turn "
+            "is invalid either way"
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
@@ -179,6 +188,7 @@ class CodeAgent:
             max_new_tokens=budget,
             temperature=cfg.temperature,
             stop=CodeEnvironment.STOP_STRINGS,
+            **({"stop_loops": True} if cfg.stop_loops else {}),
         )[0]
         action, argument, valid, error = CodeEnvironment.parse(gen.text, cfg.mode)
         step = Step(

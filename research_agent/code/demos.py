@@ -114,7 +114,8 @@ class ReplayPolicy:
         self._turns = list(turns)
         self._next = 0
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
+                 stop_loops=False) -> list[Generation]:
         if len(prompts) != 1:
             raise ValueError("ReplayPolicy replays one trajectory: call it with one prompt")
         if self._next >= len(self._turns):

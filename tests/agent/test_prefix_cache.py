@@ -113,3 +113,43 @@ def test_store_longest_prefix_supersede_and_budget():
     small.put([7, 8, 9, 10, 11, 12], _layers(6))
     assert len(small) == 1 and small.lookup([7, 8, 9, 10, 11, 12, 13])[0] == 6
     assert small.nbytes <= small.max_bytes
+
+
+def test_loop_detection_needs_four_repeats_over_48_tokens():
+    from research_agent.policy import cut_at_loop, ends_in_loop
+
+    block = list(range(100, 112))  # 12 tokens
+    assert ends_in_loop(list(range(7)) + block * 4)
+    assert not ends_in_loop(list(range(7)) + block * 3)  # three repeats of a 12-token line: real code does that
+    assert not ends_in_loop(list(range(500)))
+    assert ends_in_loop([5] * 48) and not ends_in_loop([5] * 47)
+    assert not ends_in_loop([1, 2] * 23 + [1])  # 47 tokens
+    # a block of 20 needs 4 whole repeats (80 tokens), not just 48
+    assert not ends_in_loop(list(range(200, 220)) * 3 + list(range(200, 208)))
+    ids = [9, 8] + block * 6 + [1, 2, 3]
+    cut, looped = cut_at_loop(ids)
+    assert looped and cut == [9, 8] + block * 4
+    assert cut_at_loop(list(range(300))) == (list(range(300)), False)
+
+
+def test_stop_loops_ends_a_looping_row_early_and_the_same_on_both_paths(smol):
+    model, tok = smol
+    line = tok.encode("from sklearn.metrics import roc_curve\n", add_special_tokens=False)
+    prompts = [tok.encode("Imports:\n", add_special_tokens=False) + line * 6]
+    calls = [0]
+    hook = model.register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    try:
+        free = LocalPolicy(model, tok).generate(prompts, max_new_tokens=96)[0]
+        free_calls, calls[0] = calls[0], 0
+        cached = LocalPolicy(model, tok).generate(prompts, max_new_tokens=96, stop_loops=True)
+        cached_calls = calls[0]
+    finally:
+        hook.remove()
+    plain = LocalPolicy(model, tok, prefix_cache=False).generate(prompts, max_new_tokens=96, stop_loops=True)
+    _same(cached, plain)
+    # the model keeps repeating the line: cut once it has written 48 tokens of repeats, not at 96
+    assert free.finish_reason == "length" and len(free.token_ids) == 96
+    assert cached[0].finish_reason == "loop" and 48 <= len(cached[0].token_ids) < 96
+    assert free.token_ids[: len(cached[0].token_ids)] == cached[0].token_ids  # a prefix: nothing else changes
+    # generation itself stopped there (fewer decode steps), not just the returned text
+    assert cached_calls == free_calls - (96 - len(cached[0].token_ids))

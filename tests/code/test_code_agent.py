@@ -21,9 +21,11 @@ class ScriptedPolicy:
         self.by_task = {k: list(v) for k, v in (by_task or {}).items()}
         self.prompts: list[list[int]] = []
         self.batch_sizes: list[int] = []
+        self.loop_flags: list[bool] = []
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False):
         self.batch_sizes.append(len(prompts))
+        self.loop_flags.append(stop_loops)
         out = []
         for p in prompts:
             self.prompts.append(list(p))
@@ -161,6 +163,11 @@ def test_no_tools_is_one_turn_and_the_block_is_the_submission(smol, tasks):
     traj = CodeAgent(prose, tasks[0], None, CodeAgentConfig(mode="no-tools")).run()
     assert traj.stop_reason == "max_turns" and len(traj.steps) == 1 and traj.gold["passed"] is False
     traj.check_consistency()
+    # turns end at a loop unless the config says otherwise
+    assert policy.loop_flags == [True] and prose.loop_flags == [True]
+    plain = ScriptedPolicy(tok, ["x"])
+    CodeAgent(plain, tasks[0], None, CodeAgentConfig(mode="no-tools", stop_loops=False)).run()
+    assert plain.loop_flags == [False]
 
 
 def test_batch_keeps_input_order_and_shares_generate_calls(smol, tasks):

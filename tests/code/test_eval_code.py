@@ -27,7 +27,7 @@ class ModeAwarePolicy:
         self.solutions = solutions
         self.calls = 0
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False):
         out = []
         for p in prompts:
             self.calls += 1
@@ -249,3 +249,21 @@ def test_runs_made_before_observation_format_resume_only_where_it_cannot_matter(
                 _start_mode(d, {**info, "agent_config": new})
             inline = dataclasses.replace(CodeAgentConfig(mode=mode), observation_format="inline").to_dict()
             _start_mode(d, {**info, "agent_config": inline})  # asking for the old format resumes it
+
+
+def test_runs_made_before_loop_stopping_resume_only_without_it(tmp_path, capsys):
+    from eval.code import _start_mode, config_from_pairs
+    from research_agent.code.agent import CodeAgentConfig
+
+    assert config_from_pairs(["stop_loops=false"]).stop_loops is False
+    assert config_from_pairs(["stop_loops=True", "max_turns=3"]) == CodeAgentConfig(max_turns=3)
+    with pytest.raises(SystemExit, match="not true or false"):
+        config_from_pairs(["stop_loops=maybe"])
+    new = CodeAgentConfig(mode="code-only").to_dict()
+    old = {k: v for k, v in new.items() if k != "stop_loops"}
+    info = {"schema": 1, "mode": "code-only", "tasks": "t", "model": "m", "adapter": None, "endpoint": None,
+            "docs": None}
+    (tmp_path / "run.json").write_text(json.dumps({**info, "agent_config": old}))
+    with pytest.raises(RunDirError, match="stop_loops"):
+        _start_mode(tmp_path, {**info, "agent_config": new})
+    _start_mode(tmp_path, {**info, "agent_config": {**new, "stop_loops": False}})

@@ -28,7 +28,7 @@ class ScriptedPolicy:
         self.tokenizer, self.name = tokenizer, "scripted"
         self.by_task = {k: list(v) for k, v in by_task.items()}
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False):
         out = []
         for p in prompts:
             text = self.tokenizer.decode(p)
