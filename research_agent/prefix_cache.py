@@ -97,6 +97,54 @@ class PrefixCache:
             self.nbytes -= old.nbytes
 
 
+def _append(cur, buf, new):
+    """``cur`` (a view of ``buf``'s leading positions, or anything else) extended by ``new`` along the
+    sequence axis; returns (the extended view, its buffer), reallocating with spare room when needed."""
+    n = cur.shape[-2] if cur.dim() == 4 else 0
+    total = n + new.shape[-2]
+    if (buf is None or n == 0 or cur.data_ptr() != buf.data_ptr() or buf.shape[:2] != new.shape[:2]
+            or buf.shape[-2] < total):  # a fresh or replaced cache (rows left the batch), or full
+        fresh = new.new_empty((*new.shape[:2], max(total * 5 // 4, total + 64), new.shape[-1]))
+        if n:
+            fresh[:, :, :n] = cur
+        buf = fresh
+    buf[:, :, n:total] = new
+    return buf[:, :, :total], buf
+
+
+def _growing_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A ``DynamicLayer`` that writes each step's keys/values into spare room instead of
+        concatenating: ``torch.cat`` copies the whole cache every decode step (11-14 % of a smollm2
+        decode step here); this copies it only when the room runs out, then leaves 25 % more room
+        (a 2,000-token prompt has space for a 500-token turn)."""
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            self.keys, self._kbuf = _append(self.keys, getattr(self, "_kbuf", None), key_states)
+            self.values, self._vbuf = _append(self.values, getattr(self, "_vbuf", None), value_states)
+            return self.keys, self.values
+
+    return GrowingLayer
+
+
+_GROWING = None
+
+
+def growing(cache):
+    """Switch ``cache``'s layers to ``GrowingLayer`` (same data, appends without a full copy)."""
+    global _GROWING
+    if _GROWING is None:
+        _GROWING = _growing_layer_class()
+    for layer in cache.layers:
+        if type(layer).__name__ == "DynamicLayer":
+            layer.__class__ = _GROWING
+    return cache
+
+
 def weights_fingerprint(model) -> tuple:
     """Version counters of every parameter: any in-place update (an optimizer step) changes it."""
     return tuple(p._version for p in model.parameters())
@@ -164,7 +212,7 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
 
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True,
                 logits_to_keep=1)
-    cache = out.cache
+    cache = growing(out.cache)
     logits = out.logits[:, -1, :]
 
     gen: list[list[int]] = [[] for _ in range(B)]
