@@ -153,3 +153,23 @@ def test_stop_loops_ends_a_looping_row_early_and_the_same_on_both_paths(smol):
     assert free.token_ids[: len(cached[0].token_ids)] == cached[0].token_ids  # a prefix: nothing else changes
     # generation itself stopped there (fewer decode steps), not just the returned text
     assert cached_calls == free_calls - (96 - len(cached[0].token_ids))
+
+
+def test_growing_cache_appends_in_place_and_reallocates_when_rows_leave():
+    from research_agent.prefix_cache import _append
+
+    g = torch.Generator().manual_seed(0)
+    cur = torch.randn(3, 2, 10, 4, generator=g)
+    expect, buf = cur, None
+    ptrs = set()
+    for _ in range(20):
+        new = torch.randn(3, 2, 1, 4, generator=g)
+        cur, buf = _append(cur, buf, new)
+        expect = torch.cat([expect, new], dim=-2)
+        assert torch.equal(cur, expect)
+        ptrs.add(buf.data_ptr())
+    assert len(ptrs) <= 2  # 10 + 20 positions: one buffer with 25 % room (or 64) and at most one regrowth
+    kept = cur.index_select(0, torch.tensor([0, 2]))  # rows left the batch: a new, smaller tensor
+    new = torch.randn(2, 2, 1, 4, generator=g)
+    cur2, buf2 = _append(kept, buf, new)
+    assert buf2.data_ptr() != buf.data_ptr() and torch.equal(cur2, torch.cat([expect[[0, 2]], new], dim=-2))
