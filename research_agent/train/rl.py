@@ -71,7 +71,11 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
     if cfg.gradient_checkpointing:
         # non-reentrant: the frozen embeddings give the first layer's input no grad, which the
         # reentrant variant would take as "nothing to differentiate" and drop LoRA's gradients
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        inner = model.get_base_model()
+        if hasattr(inner, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+            inner.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model, tok
 
 
