@@ -136,11 +136,13 @@ _GROWING = None
 
 def growing(cache):
     """Switch ``cache``'s layers to ``GrowingLayer`` (same data, appends without a full copy)."""
+    from transformers.cache_utils import DynamicLayer
+
     global _GROWING
     if _GROWING is None:
         _GROWING = _growing_layer_class()
     for layer in cache.layers:
-        if type(layer).__name__ == "DynamicLayer":
+        if type(layer) is DynamicLayer:  # not a sliding-window or other special layer
             layer.__class__ = _GROWING
     return cache
 
