@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Protocol
 
+from .fast_linear import DecodeLayers
+
 
 class PolicyError(RuntimeError):
     """Generation failed (unreachable endpoint, bad response, model error)."""
@@ -141,6 +143,7 @@ class LocalPolicy:
         elif gen_eos:
             self.eos_ids.update(gen_eos)
         self._lock = threading.Lock()
+        self._decode = DecodeLayers()
 
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
                  stop_loops=False) -> list[Generation]:
@@ -169,9 +172,10 @@ class LocalPolicy:
             was_training = self.model.training
             self.model.eval()
             try:
-                rows = cached_generate(self.model, [list(p) for p in prompts], self.cache,
-                                       max_new_tokens=max(1, max_new_tokens), temperature=temperature,
-                                       eos_ids=self.eos_ids, pad_id=pad, stop_hit=stop_hit)
+                with self._decode.applied(self.model):
+                    rows = cached_generate(self.model, [list(p) for p in prompts], self.cache,
+                                           max_new_tokens=max(1, max_new_tokens), temperature=temperature,
+                                           eos_ids=self.eos_ids, pad_id=pad, stop_hit=stop_hit)
             finally:
                 if was_training:
                     self.model.train()
@@ -204,7 +208,8 @@ class LocalPolicy:
             was_training = self.model.training
             self.model.eval()
             try:
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+                with self._decode.applied(self.model):
+                    out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
             finally:
                 if was_training:
                     self.model.train()

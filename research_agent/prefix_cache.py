@@ -161,6 +161,21 @@ def _common_prefix(prompts: list[list[int]]) -> int:
     return n
 
 
+def sample(probs):
+    """One token per row, drawn from ``probs`` [rows, vocab] by inverting the cumulative distribution.
+
+    The same distribution as ``torch.multinomial(probs, 1)`` with one uniform draw per row instead
+    of one exponential draw per vocabulary entry: on this CPU 0.6 ms against 10 ms for 8 × 49k,
+    which was a seventh of a smollm2 decode step.  ``right=True`` never lands on a zero-probability
+    entry (its cumulative value equals its predecessor's).
+    """
+    import torch
+
+    cdf = probs.cumsum(dim=-1)
+    u = torch.rand((probs.shape[0], 1), dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
 def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_new_tokens: int,
                     temperature: float, eos_ids: set[int], pad_id: int, stop_hit=None):
     """Generate for a batch of prompts, reusing and refilling ``store``.
@@ -225,8 +240,7 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
     while True:
         logp = torch.log_softmax(logits.float(), dim=-1)
         if temperature > 0:
-            probs = torch.softmax(logits.float() / temperature, dim=-1)
-            chosen = torch.multinomial(probs, 1).squeeze(-1)
+            chosen = sample(torch.softmax(logits.float() / temperature, dim=-1))
         else:
             chosen = logp.argmax(dim=-1)
         chosen_lp = logp.gather(-1, chosen[:, None]).squeeze(-1).tolist()
