@@ -7,7 +7,8 @@
 
 Each mode runs greedily (temperature 0, so pass@1 is one deterministic sample) into OUT/<mode>/
 (run.json, trajectories.jsonl appended as tasks finish, results.json), so an interrupted run resumes
-task by task. OUT/results.json holds every mode's metrics, OUT/table.md the comparison table and
+task by task. A first Ctrl-C (or SIGTERM) starts no more tasks and finishes and saves those in flight;
+a second one aborts them. OUT/results.json holds every mode's metrics, OUT/table.md the comparison table and
 OUT/pass_at_1.png the seed's bar plot. All JSON and Markdown files are written atomically.
 
 The multi-tool docs come from an API-docs corpus built once from the installed libraries
@@ -20,8 +21,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +185,38 @@ def _start_mode(mode_dir: Path, run: dict[str, Any]) -> None:
     write_json(path, run)
 
 
+class EvalStopped(RuntimeError):
+    """A stop was asked for; the tasks that had started are saved and the run resumes from them."""
+
+
+@contextmanager
+def drain_on_signals(stop: threading.Event):
+    """The first SIGINT/SIGTERM sets ``stop`` (finish the tasks in flight, start no more); a second
+    one gets the signal's default action, which kills the process as before.
+
+    Without this, stopping an eval threw away every task in flight — with 8 multi-turn tasks at
+    several minutes each, up to an hour of CPU.
+    """
+    def on_signal(signum, frame):
+        if stop.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        stop.set()
+        print("\nstopping: finishing the tasks in flight (they are saved); signal again to abort them",
+              file=sys.stderr, flush=True)
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def evaluate_mode(
     tasks: list,
     policy: Any,
@@ -190,8 +227,12 @@ def evaluate_mode(
     run_info: dict[str, Any],
     progress: bool = True,
     concurrency: int = 8,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """One mode into ``mode_dir`` (resumable by task id); returns and saves its results."""
+    """One mode into ``mode_dir`` (resumable by task id); returns and saves its results.
+
+    Raises ``EvalStopped`` once ``stop`` is set, after the tasks in flight are saved.
+    """
     mode_dir.mkdir(parents=True, exist_ok=True)
     run = {"schema": RUN_SCHEMA, "mode": config.mode, "agent_config": config.to_dict(), **run_info}
     if config.mode != "multi-tool":
@@ -212,8 +253,19 @@ def evaluate_mode(
 
             browser = docs_browser if config.mode == "multi-tool" else None
             run_code_batch(
-                todo, policy, browser, config, progress=progress, on_result=on_result, concurrency=concurrency
+                todo,
+                policy,
+                browser,
+                config,
+                progress=progress,
+                on_result=on_result,
+                concurrency=concurrency,
+                stop=stop,
             )
+    if stop is not None and stop.is_set():
+        saved = sum(1 for i in ids if i in done)
+        raise EvalStopped(f"stopped: {saved} of {len(ids)} {config.mode} tasks saved in {mode_dir}; "
+                          "the same command resumes")
     trajs = [done[i] for i in ids if i in done]
     results = {
         **run,
@@ -239,6 +291,7 @@ def evaluate_code(
     rl_run: str | Path | None = None,
     progress: bool = True,
     concurrency: int = 8,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Every mode of ``modes`` into ``out_dir``, then results.json, table.md and pass_at_1.png there.
 
@@ -267,6 +320,7 @@ def evaluate_code(
             run_info=info,
             progress=progress,
             concurrency=concurrency,
+            stop=stop,
         )["metrics"]
     return write_summary(out, per_mode, info, config, rl_run=rl_run, rl=rl)
 
@@ -480,18 +534,24 @@ def main(argv: list[str] | None = None) -> int:
             "endpoint": args.endpoint,
             "docs": str(getattr(docs, "path", "")) if docs else None,
         }
-        summary = evaluate_code(
-            tasks,
-            policy,
-            docs,
-            modes,
-            args.out,
-            config=config,
-            run_info=info,
-            rl_run=args.rl_run,
-            progress=not args.quiet,
-            concurrency=args.concurrency,
-        )
+        stop = threading.Event()
+        with drain_on_signals(stop):
+            summary = evaluate_code(
+                tasks,
+                policy,
+                docs,
+                modes,
+                args.out,
+                config=config,
+                run_info=info,
+                rl_run=args.rl_run,
+                progress=not args.quiet,
+                concurrency=args.concurrency,
+                stop=stop,
+            )
+    except EvalStopped as e:
+        print(str(e), file=sys.stderr)
+        return 130
     except (RunDirError, TaskSourceError, CorpusError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ Modes (seed 004's three baselines): ``no-tools`` (one turn: the code block is th
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -327,8 +328,12 @@ def run_code_batch(
     concurrency: int = 8,
     limits: SandboxLimits = DEFAULT_LIMITS,
     test_limits: SandboxLimits = TEST_LIMITS,
+    stop: threading.Event | None = None,
 ) -> list[Trajectory]:
     """Run many code tasks concurrently through one batched policy; results in input order.
+
+    Once ``stop`` is set, tasks not yet started are skipped (left out of the results) while those in
+    flight run to the end and reach ``on_result``: a stopped eval keeps everything it started.
 
     Each item is {"id", "task": CodeTask}.  Concurrent trajectories share ``generate`` calls through
     ``BatchingPolicy``; each gets its own environment and, when the browser can fork, its own docs
@@ -349,7 +354,9 @@ def run_code_batch(
     batched = policy if isinstance(policy, BatchingPolicy) else BatchingPolicy(policy, max_batch=concurrency)
     results: list[Trajectory | None] = [None] * len(items)
 
-    def one(i: int) -> Trajectory:
+    def one(i: int) -> Trajectory | None:
+        if stop is not None and stop.is_set():
+            return None
         item, task = items[i], items[i]["task"]
         tid = str(item.get("id", task.id))
         browser = docs_browser.fork() if hasattr(docs_browser, "fork") else docs_browser
@@ -371,6 +378,8 @@ def run_code_batch(
         futures = {pool.submit(one, i): i for i in range(len(items))}
         for fut in as_completed(futures):
             traj = fut.result()
+            if traj is None:  # skipped after a stop
+                continue
             results[futures[fut]] = traj
             if on_result is not None:
                 on_result(traj)

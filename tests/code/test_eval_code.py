@@ -267,3 +267,50 @@ def test_runs_made_before_loop_stopping_resume_only_without_it(tmp_path, capsys)
     with pytest.raises(RunDirError, match="stop_loops"):
         _start_mode(tmp_path, {**info, "agent_config": new})
     _start_mode(tmp_path, {**info, "agent_config": {**new, "stop_loops": False}})
+
+
+class StoppingPolicy(ModeAwarePolicy):
+    """Sets ``stop`` during its first generate call, as a Ctrl-C arriving mid-task would."""
+
+    def __init__(self, tokenizer, solutions, stop):
+        super().__init__(tokenizer, solutions)
+        self.stop = stop
+
+    def generate(self, prompts, **kw):
+        self.stop.set()
+        return super().generate(prompts, **kw)
+
+
+def test_a_stop_saves_the_task_in_flight_skips_the_rest_and_resumes(smol, tasks, docs, tmp_path):
+    import threading
+
+    from eval.code import EvalStopped
+
+    _, tok = smol
+    solutions = _policy(tok, tasks).solutions
+    stop = threading.Event()
+    info = {"tasks": "dataframebench:test", "model": "scripted", "adapter": None}
+    with pytest.raises(EvalStopped, match="1 of 2 no-tools tasks saved"):
+        evaluate_code(tasks, StoppingPolicy(tok, solutions, stop), docs, ["no-tools"], tmp_path, run_info=info,
+                      progress=False, concurrency=1, stop=stop)
+    lines = (tmp_path / "no-tools" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 1  # the task in flight ran to the end and was written; the queued one never started
+    assert not (tmp_path / "no-tools" / "results.json").exists()  # no metrics over half a run
+    policy = ModeAwarePolicy(tok, solutions)
+    summary = evaluate_code(tasks, policy, docs, ["no-tools"], tmp_path, run_info=info, progress=False)
+    assert policy.calls == 1 and summary["modes"]["no-tools"]["n"] == 2  # only the skipped task ran
+
+
+def test_first_signal_asks_for_a_drain_not_an_exit():
+    import os
+    import signal
+    import threading
+
+    from eval.code import drain_on_signals
+
+    stop = threading.Event()
+    before = signal.getsignal(signal.SIGINT)
+    with drain_on_signals(stop):
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the handler only sets the event
+        assert stop.wait(5)
+    assert signal.getsignal(signal.SIGINT) is before
