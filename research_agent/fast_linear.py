@@ -13,13 +13,18 @@ layers' ``forward`` for the duration of a ``with`` block (``DecodeLayers``: no g
   instead of MKL's sgemm, which on this machine's AMD EPYC (MKL's generic path on non-Intel CPUs)
   reads the weights at half the speed.  Measured, fp32, 2 threads, per call: smollm2's LM head
   (49,152 × 576) at 1 / 8 rows 9.6 / 23.5 ms → 5.5 / 12.8 ms; qwen2.5-0.5b's (151,936 × 896)
-  37 / 119 → 19 / 52 ms; its MLP matrices (4,864 × 896) 1.2 / 3.2 → 0.6 / 1.6 ms.  Small matrices
-  gain nothing or lose, so only weights of ≥ 2M elements switch.  ``RESEARCH_AGENT_ONEDNN=0``
-  turns this off.
+  37 / 119 → 19 / 52 ms; its MLP matrices (4,864 × 896) 1.2 / 3.2 → 0.6 / 1.6 ms; smollm2's MLP
+  gate/up (1,536 × 576) 310 / 528 → 197 / 387 µs (MKL's matrix-vector path runs on one thread here:
+  1 and 2 threads take the same time).  Small matrices gain nothing or lose (576 × 576: 109 vs
+  115 µs; 192 × 576: 40 vs 67 µs), so only weights of ≥ 512k elements switch.
+  ``RESEARCH_AGENT_ONEDNN=0`` turns this off.
 
 Whole decode (``cached_generate``, 24 sampled tokens after a short prompt, medians of 3–5
-interleaved runs, ms per token at 1 / 8 rows): smollm2-135m + LoRA 81 / 157 → 67 / 126;
-qwen2.5-coder-0.5b + LoRA 178 / 371 → 124 / 277.
+interleaved runs, ms per token at 1 / 8 rows): smollm2-135m + LoRA 81 / 157 → 67 / 126 with the
+≥ 2M-element rule (LM head only), → 55 / 107 against 65 / 110 for that rule in a later interleaved
+run once the MLP matrices switched too (threshold 512k); qwen2.5-coder-0.5b + LoRA 178 / 371 →
+124 / 277 (2M rule; the 512k rule, which adds its 896 × 896 q/o, measured 112 / 212 against
+102 / 238: within this machine's noise).
 
 Not used in training: the same swap for the frozen LM head in the RL update (forward on oneDNN,
 the input's gradient through ``mm``) gave the same gradients and no measurable gain there (2.82 vs
@@ -34,7 +39,7 @@ import os
 from contextlib import contextmanager
 from functools import partial
 
-ONEDNN_MIN_ELEMENTS = 1 << 21
+ONEDNN_MIN_ELEMENTS = 1 << 19
 
 
 def _vanilla_lora_layers(model) -> list:
@@ -75,6 +80,7 @@ def _onednn_linear(weight, bias, x, *args, **kwargs):
 
 def _kernel(weight):
     return _onednn_linear if _onednn_ok(weight) else _linear
+
 
 
 class DecodeLayers:

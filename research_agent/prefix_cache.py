@@ -195,6 +195,9 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
             _prefill_only(model, prompts[0][:shared], store, pad_id)
 
     hits = [store.lookup(p) for p in prompts]
+    # GRPO asks for G samples of each prompt: identical rows are prefilled once and then copied
+    first: dict[tuple, int] = {}
+    source = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
     B = len(prompts)
     T = [len(p) for p in prompts]
     N = max(t - c for t, (c, _) in zip(T, hits, strict=True))
@@ -210,8 +213,11 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
         input_ids[i, N - len(fed):] = torch.tensor(fed, dtype=torch.long)
         attn[i, starts[i]:] = 1
         pos[i, N - len(fed):] = torch.arange(used[i], T[i])
-        store.hit_tokens += used[i]
-        store.fed_tokens += len(fed)
+        if source[i] == i:
+            store.hit_tokens += used[i]
+            store.fed_tokens += len(fed)
+        else:  # a copy of an earlier row's prefill
+            store.hit_tokens += T[i]
 
     cache = DynamicCache()
     if U > 0:
@@ -227,10 +233,25 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
             data.append((k, v))
         cache = DynamicCache(ddp_cache_data=data)
 
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True,
-                logits_to_keep=1)
-    cache = growing(out.cache)
-    logits = out.logits[:, -1, :]
+    uniq = sorted(set(source))
+    if len(uniq) < B:
+        sub = torch.tensor(uniq, dtype=torch.long)
+        if U > 0:
+            cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, sub), layer.values.index_select(0, sub))
+                                                 for layer in cache.layers])
+        out = model(input_ids=input_ids[sub], attention_mask=attn[sub], position_ids=pos[sub], cache=cache,
+                    use_cache=True, logits_to_keep=1)
+        spread = torch.tensor([uniq.index(s) for s in source], dtype=torch.long)
+        for layer in out.cache.layers:
+            layer.keys = layer.keys.index_select(0, spread)
+            layer.values = layer.values.index_select(0, spread)
+        cache = growing(out.cache)
+        logits = out.logits[:, -1, :].index_select(0, spread)
+    else:
+        out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True,
+                    logits_to_keep=1)
+        cache = growing(out.cache)
+        logits = out.logits[:, -1, :]
 
     gen: list[list[int]] = [[] for _ in range(B)]
     lps: list[list[float]] = [[] for _ in range(B)]

@@ -66,9 +66,14 @@ def test_merged_decode_matches_the_adapter_and_leaves_weights_alone(lora_model):
 def test_layers_are_replaced_only_inside_the_block_and_only_for_decoding(lora_model):
     model, _ = lora_model
     merged = DecodeLayers()
-    with torch.no_grad(), merged.applied(model):  # q_proj and v_proj merged, the LM head on oneDNN
-        assert _replaced(model) == 2 * model.config.num_hidden_layers + 1
+    layers = model.config.num_hidden_layers
+    with torch.no_grad(), merged.applied(model):  # q_proj, v_proj merged; the MLPs and the LM head on oneDNN
+        assert _replaced(model) == 2 * layers + 3 * layers + 1
         assert model.get_output_embeddings().forward.func.__name__ == "_onednn_linear"
+        mlp = model.get_base_model().model.layers[0].mlp
+        assert {m.forward.func.__name__ for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)} == {"_onednn_linear"}
+        attn = model.get_base_model().model.layers[0].self_attn
+        assert "forward" not in attn.k_proj.__dict__  # 192 x 576: faster on MKL
     assert _replaced(model) == 0
     os.environ["RESEARCH_AGENT_ONEDNN"] = "0"
     try:

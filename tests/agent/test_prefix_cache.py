@@ -55,6 +55,28 @@ def test_cached_turns_match_plain_generate(smol):
     assert cached.cache.hit_tokens - hit_before >= sum(len(p) for p in prompts)
 
 
+def test_group_of_identical_prompts_is_prefilled_once(smol):
+    model, tok = smol
+    plain = LocalPolicy(model, tok, prefix_cache=False)
+    cached = LocalPolicy(model, tok)
+    a, b = _prompts(tok, ["What is the capital of Chile?", "Which ocean borders Kenya?"])
+    group = [a, a, b, a, b]  # GRPO's G samples per prompt, interleaved
+    _same(plain.generate(group, max_new_tokens=10, stop=STOP), cached.generate(group, max_new_tokens=10, stop=STOP))
+    # on a fresh store the group feeds the model exactly what the two distinct prompts alone feed
+    fresh, pair = LocalPolicy(model, tok), LocalPolicy(model, tok)
+    fresh.generate(group, max_new_tokens=2)
+    pair.generate([a, b], max_new_tokens=2)
+    assert fresh.cache.fed_tokens == pair.cache.fed_tokens
+    assert fresh.cache.hit_tokens == pair.cache.hit_tokens + 2 * len(a) + len(b)
+    # copies of a row's prefill still sample independently
+    torch.manual_seed(0)
+    outs = fresh.generate([b] * 6, max_new_tokens=12, temperature=1.0)
+    assert len({tuple(g.token_ids) for g in outs}) > 1
+    # duplicates whose context is partly cached (a second turn of two equal trajectories)
+    turn2 = [p + [13, 13] for p in (a, a, b)]
+    _same(plain.generate(turn2, max_new_tokens=10, stop=STOP), cached.generate(turn2, max_new_tokens=10, stop=STOP))
+
+
 def test_weight_update_drops_the_cache(smol):
     model, tok = smol
     cached = LocalPolicy(model, tok)
