@@ -10,12 +10,25 @@ The script is replayed through the live ``CodeAgent`` by ``ReplayPolicy``, so ea
 is rendered exactly as a rollout is, with the student's tokenizer and chat template, the real tool
 results (docs search, sandboxed execution) and the real budget notes; its submission is tested, and
 only demonstrations whose tests pass are kept.
+
+Two things the first demonstrations did not teach (smollm2 after 1 epoch on 47 of them wrote valid
+actions but re-ran the same block to the turn limit, after a SyntaxError as after a clean run):
+
+- what an execution is for: running a file of definitions prints "(no output)" and checks nothing.
+  The execution now calls the function the way the task's first self-contained test does
+  (``example_call``) and prints the result;
+- what to do after a failure: a share of the demonstrations (``recovery``) first runs a broken
+  version — the solution cut off mid-line (a SyntaxError, how a token limit ends a turn) or
+  without its library import (a NameError) — reads the error, runs the fixed code, then submits.
+  A recovery demonstration is kept only when the broken run really failed with that error and the
+  fixed run did not; otherwise the plain demonstration is rendered instead.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import os
 import re
 import sys
@@ -81,9 +94,116 @@ def search_query(code: str) -> str | None:
     return min(found)[1] if found else None
 
 
-def demo_turns(task: CodeTask, mode: str) -> list[str] | None:
-    """The scripted completions of one demonstration (None: the task has no usable reference).
+def _calls(node: ast.AST, name: str) -> ast.Call | None:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name:
+            return n
+    return None
 
+
+def _uses_self(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == "self" for n in ast.walk(node))
+
+
+def _print(expr: ast.expr) -> ast.stmt:
+    return ast.Expr(ast.Call(ast.Name("print", ast.Load()), [expr], []))
+
+
+def _setup_and_call(body: list[ast.stmt], entry: str) -> str | None:
+    kept: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):  # a docstring
+            continue
+        call = _calls(stmt, entry)
+        if call is None:
+            if _uses_self(stmt) or not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
+                return None  # fixtures, mocks, control flow: not a self-contained example
+            kept.append(stmt)
+            continue
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            if _uses_self(stmt):
+                return None
+            kept += [stmt, _print(ast.Name(stmt.targets[0].id, ast.Load()))]
+        elif isinstance(stmt, ast.Expr) and not _uses_self(call):  # e.g. self.assertEqual(task_func(x), y)
+            kept.append(_print(call))
+        else:
+            return None
+        text = "\n".join(ast.unparse(ast.fix_missing_locations(s)) for s in kept)
+        return text if len(text) <= 800 else None
+    return None
+
+
+def example_call(task: CodeTask) -> str | None:
+    """Statements that call the entry point as the task's first self-contained test does, printing
+    the result (None when no test sets up its input without fixtures, mocks or ``self``)."""
+    try:
+        tree = ast.parse(task.test_code or "")
+    except SyntaxError:
+        return None
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test") and not fn.decorator_list:
+                found = _setup_and_call(fn.body, task.entry_point)
+                if found:
+                    return found
+    return None
+
+
+def _without_import(code: str) -> str | None:
+    """``code`` minus a top-level ``import X as Y`` whose alias the rest uses (→ NameError when called)."""
+    lines = code.splitlines()
+    for line in lines:
+        m = re.fullmatch(r"import\s+[\w.]+\s+as\s+(\w+)\s*", line)
+        if not m:
+            continue
+        alias = re.compile(rf"import\s+[\w.]+\s+as\s+{m.group(1)}\s*")
+        rest = [x for x in lines if not alias.fullmatch(x)]  # every import of that alias (a file may repeat it)
+        if re.search(rf"\b{m.group(1)}\.", "\n".join(rest)):
+            return "\n".join(rest)
+    return None
+
+
+def _cut_off(code: str) -> str | None:
+    """``code`` cut in the middle of a line past its half, so that it no longer compiles."""
+    lines = code.splitlines()
+    for n in range(max(1, len(lines) * 3 // 5), len(lines) + 1):
+        line = lines[n - 1].rstrip()
+        if len(line.strip()) < 8:
+            continue
+        indent = len(line) - len(line.lstrip())
+        # most cuts of a line still parse (``x = df.su``); the first one from two thirds on that does not
+        for end in [*range(len(line) * 2 // 3, len(line)), *range(len(line) * 2 // 3 - 1, indent + 1, -1)]:
+            cut = "\n".join(lines[: n - 1] + [line[:end]])
+            try:
+                compile(cut, "cut", "exec")
+            except SyntaxError:
+                return cut
+    return None
+
+
+def broken_version(code: str, kind: str) -> tuple[str, str] | None:
+    """(broken code, the error class its run must show) for ``kind`` 'cut' or 'import'."""
+    if kind == "cut":
+        cut = _cut_off(code)
+        return (cut, "SyntaxError") if cut else None
+    if kind == "import":
+        dropped = _without_import(code)
+        return (dropped, "NameError") if dropped else None
+    raise ValueError(f"unknown breakage {kind!r}")
+
+
+_FIX_NOTE = {"SyntaxError": "The code was cut off before the end (SyntaxError). Here is the complete version.",
+             "NameError": "A name is not defined (NameError): the import is missing. Adding it and running again."}
+
+
+def demo_turns(task: CodeTask, mode: str, *, example: bool = True, broken: str | None = None) -> list[str] | None:
+    """The scripted completions of one demonstration (None: the task has no usable reference, or
+    the requested breakage does not apply to it).
+
+    ``example``: executions end with ``example_call`` (when the tests give one). ``broken``: first
+    run the solution broken that way ('cut' or 'import', see ``broken_version``), then fix it.
     Each turn is written the way a rollout turn ends: at the environment's stop string.
     """
     code = reference_code(task)
@@ -91,14 +211,35 @@ def demo_turns(task: CodeTask, mode: str) -> list[str] | None:
         return None
     if mode == "no-tools":
         return [f"```python\n{code}\n```"]
+    call = example_call(task) if example else None
+    run = f"{code}\n\n{call}" if call else code
     turns = []
     if mode == "multi-tool":
         query = search_query(code)
         if query:
             turns.append(f"Let me check the documentation first.\n<search>{query}</search>")
-    turns.append(f"I will run my solution to check that it works.\n```python\n{code}\n```\n")
-    turns.append(f"It runs. Submitting it.\n```submit\n{code}\n```\n")
+    check = "on an example " if call else ""
+    if broken:
+        bad = broken_version(code, broken)
+        if bad is None or (broken == "import" and not call):  # an uncalled function raises no NameError
+            return None
+        bad_run = f"{bad[0]}\n\n{call}" if call and broken != "cut" else bad[0]
+        turns.append(f"I will run my solution {check}to check that it works.\n```python\n{bad_run}\n```\n")
+        turns.append(f"{_FIX_NOTE[bad[1]]}\n```python\n{run}\n```\n")
+    else:
+        turns.append(f"I will run my solution {check}to check that it works.\n```python\n{run}\n```\n")
+    done = "It works" if call else "It runs"
+    turns.append(f"{done}. Submitting it.\n```submit\n{code}\n```\n")
     return turns
+
+
+def breakage(task: CodeTask, recovery: float) -> str | None:
+    """Which breakage ``task``'s demonstration shows: a stable draw from its id, so a resumed build
+    renders the same demonstration; about ``recovery`` of the tasks get one, 'cut' and 'import' alike."""
+    h = int(hashlib.sha256(task.id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    if h >= recovery:
+        return None
+    return "cut" if int(h * 1e6) % 2 == 0 else "import"
 
 
 class ReplayPolicy:
@@ -130,13 +271,46 @@ class ReplayPolicy:
         return [Generation(text, ids, [0.0] * len(ids), reason)]
 
 
-def render_demo(task: CodeTask, tokenizer, config: CodeAgentConfig, docs_browser: Any = None) -> Trajectory | None:
-    """One demonstration through the live agent; None when the task has no reference."""
+def _replay(task: CodeTask, turns: list[str], tokenizer, config: CodeAgentConfig, docs_browser: Any) -> Trajectory:
+    policy = ReplayPolicy(tokenizer, turns, name="reference-demo")
+    return CodeAgent(policy, task, docs_browser, dataclasses.replace(config, temperature=0.0)).run()
+
+
+def _runs(traj: Trajectory) -> list:
+    return [s for s in traj.steps if s.action == "execute"]
+
+
+def render_demo(task: CodeTask, tokenizer, config: CodeAgentConfig, docs_browser: Any = None,
+                broken: str | None = None) -> Trajectory | None:
+    """One demonstration through the live agent; None when the task has no reference.
+
+    Tried in order until one behaves as scripted: the recovery script (``broken``, else the other
+    breakage; its first run must fail with the expected error and its second must not), the plain
+    script with the example call (its run must not fail: an example may need what the test file
+    sets up), the plain script.
+    """
+    if config.mode == "no-tools":
+        turns = demo_turns(task, config.mode)
+        return _replay(task, turns, tokenizer, config, docs_browser) if turns else None
+    kinds = [broken] + [k for k in ("cut", "import") if k != broken] if broken else []
+    for kind in kinds:  # the drawn breakage first; the other when it does not apply to this task
+        turns = demo_turns(task, config.mode, broken=kind)
+        if turns:
+            traj = _replay(task, turns, tokenizer, config, docs_browser)
+            runs = _runs(traj)
+            expected = broken_version(reference_code(task) or "", kind)
+            if (len(runs) == 2 and expected and runs[0].error and expected[1] in runs[0].error
+                    and not runs[1].error):
+                traj.meta["demo"] = f"recovery:{kind}"
+                return traj
     turns = demo_turns(task, config.mode)
     if not turns:
         return None
-    policy = ReplayPolicy(tokenizer, turns, name="reference-demo")
-    return CodeAgent(policy, task, docs_browser, dataclasses.replace(config, temperature=0.0)).run()
+    traj = _replay(task, turns, tokenizer, config, docs_browser)
+    if example_call(task) and any(s.error for s in _runs(traj)):
+        turns = demo_turns(task, config.mode, example=False)
+        traj = _replay(task, turns, tokenizer, config, docs_browser)
+    return traj
 
 
 def usable(traj: Trajectory) -> bool:
@@ -159,8 +333,11 @@ def read_demos(path: Path) -> list[Trajectory]:
 
 
 def build_demos(tasks: list[CodeTask], tokenizer, config: CodeAgentConfig, path: Path, *,
-                docs_browser: Any = None, limit: int = 0, progress: bool = True) -> list[Trajectory]:
+                docs_browser: Any = None, limit: int = 0, recovery: float = 0.0,
+                progress: bool = True) -> list[Trajectory]:
     """Render (or resume rendering) the demonstrations of ``tasks`` into ``path``; returns the usable ones.
+
+    ``recovery``: the share of tasks whose demonstration first runs a broken version and fixes it.
 
     Every rendered task is appended (fsynced) whether or not it passed, so a resumed build does not
     run the same tests again; ``limit`` > 0 stops after that many tasks.
@@ -175,7 +352,7 @@ def build_demos(tasks: list[CodeTask], tokenizer, config: CodeAgentConfig, path:
     with open(path, "a", encoding="utf-8") as f:
         for task in tqdm(todo, desc="demos", disable=not progress):
             try:
-                traj = render_demo(task, tokenizer, config, docs_browser)
+                traj = render_demo(task, tokenizer, config, docs_browser, broken=breakage(task, recovery))
             except Exception as e:  # one bad task (too long, a sandbox error) must not stop the build
                 failures += 1
                 print(f"demo {task.id}: {type(e).__name__}: {e}", file=sys.stderr)
@@ -189,6 +366,8 @@ def build_demos(tasks: list[CodeTask], tokenizer, config: CodeAgentConfig, path:
     demos = [done[t.id] for t in tasks if t.id in done]
     kept = [t for t in demos if usable(t)]
     if progress:
-        print(f"demonstrations: {len(kept)} of {len(demos)} rendered tasks passed their tests"
+        recovering = sum(1 for t in kept if str(t.meta.get("demo", "")).startswith("recovery"))
+        print(f"demonstrations: {len(kept)} of {len(demos)} rendered tasks passed their tests, "
+              f"{recovering} of them recovering from a failed run"
               + (f" ({failures} could not be rendered)" if failures else ""), file=sys.stderr)
     return kept

@@ -51,6 +51,8 @@ class TrainConfig:
                         "use which), code-only (execute + submit) or no-tools (one shot)")
     demo_tasks: int = _f(0, "code SFT: demonstrate the first N tasks (0: all); each demonstration replays the "
                          "task's reference solution through the agent (search docs, execute, submit)")
+    demo_recovery: float = _f(0.5, "code SFT: share of the demonstrations that first run a broken version of the "
+                              "solution (cut off mid-line, or missing its import), read the error and fix it")
     docs_modules: list[str] = _f([], "code: modules documented when the API-docs corpus is first built "
                                  "(empty: the default stdlib + data-science set)")
     out: str = _f("runs/train", "run directory: config, metrics.jsonl, plots, checkpoints/")

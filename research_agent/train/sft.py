@@ -112,7 +112,7 @@ def code_examples(tok, cfg: TrainConfig, out, resume: bool, progress: bool
     if not resume and path.exists():
         path.unlink()
     demos = build_demos(load_tasks(cfg), tok, agent_config(cfg), path, docs_browser=make_browser(cfg),
-                        limit=cfg.demo_tasks, progress=progress)
+                        limit=cfg.demo_tasks, recovery=cfg.demo_recovery, progress=progress)
     examples, skipped = [], 0
     for traj in demos:
         for ids, mask in traj.sequences():

@@ -12,8 +12,11 @@ import torch
 from research_agent.code.agent import CodeAgentConfig
 from research_agent.code.demos import (
     ReplayPolicy,
+    breakage,
+    broken_version,
     build_demos,
     demo_turns,
+    example_call,
     read_demos,
     reference_code,
     search_query,
@@ -89,7 +92,10 @@ def test_demos_run_through_the_live_agent_and_only_passing_ones_are_kept(tmp_pat
     assert len(read_demos(path)) == 3  # the failure is recorded too, so a resume does not re-run it
     for traj in kept:
         assert [s.action for s in traj.steps] == ["execute", "submit"] and traj.gold["passed"]
-        assert traj.steps[0].observation.count("(no output)") == 1  # the real sandbox ran the code
+        # the real sandbox ran the code on the example the task's test uses: its printed result came back
+        assert traj.steps[0].argument.rstrip().endswith("print(task_func([3, 1, 2]))" if traj.id == "Demo/0"
+                                                       else "print(task_func([1, 2, 3]))")
+        assert ("[1, 2, 3]" if traj.id == "Demo/0" else "[3, 2, 1]") in traj.steps[0].observation
         assert "All tests passed." in traj.steps[1].observation
         text = tok.decode(traj.prompt_ids + traj.token_ids)
         assert "<|im_start|>system" in text and "Return the list xs" in text  # smollm2's own chat template
@@ -105,6 +111,67 @@ def test_demos_run_through_the_live_agent_and_only_passing_ones_are_kept(tmp_pat
     assert len(read_demos(path)) == 2
     assert [t.id for t in build_demos(tasks, tok, CodeAgentConfig(mode="code-only"), path, progress=False)] == [
         "Demo/0", "Demo/1"]
+
+
+def _task(test_code: str, reference: str = "def task_func(xs):\n    return xs\n") -> CodeTask:
+    return CodeTask(id="t", prompt="p", test_code=test_code, entry_point="task_func", source="t",
+                    meta={"reference": reference})
+
+
+def test_example_call_is_the_first_self_contained_test_call():
+    head = "import unittest\nclass TestCases(unittest.TestCase):\n"
+    fixture = "    def setUp(self):\n        self.df = [1]\n    def test_a(self):\n        r = task_func(self.df)\n"
+    mocked = "    @patch('os.listdir')\n    def test_b(self, m):\n        out = task_func([2])\n"
+    plain = ('    def test_c(self):\n        """Doc."""\n        data = [[1, 2], [3, 4]]\n'
+             "        result = task_func(data, k=2)\n        self.assertEqual(result, 3)\n")
+    # the fixture test (self.df) and the mocked one are skipped; setup lines are kept, the result printed
+    assert example_call(_task(head + fixture + mocked + plain)) == (
+        "data = [[1, 2], [3, 4]]\nresult = task_func(data, k=2)\nprint(result)")
+    inline = "    def test_d(self):\n        self.assertEqual(task_func([3, 1]), [1, 3])\n"
+    assert example_call(_task(head + inline)) == "print(task_func([3, 1]))"
+    loop = "    def test_e(self):\n        for x in [1]:\n            task_func(x)\n"
+    assert example_call(_task(head + fixture + loop)) is None
+    assert example_call(_task("not python (")) is None
+
+
+def test_broken_versions_fail_the_way_they_say():
+    code = ("import pandas as pd\nimport numpy as np\n\ndef task_func(rows):\n    df = pd.DataFrame(rows)\n"
+            "    total = df.sum().sum()\n    return float(total)\n\nimport pandas as pd\n")
+    cut, err = broken_version(code, "cut")
+    assert err == "SyntaxError" and code.startswith(cut) and len(cut) < len(code)
+    with pytest.raises(SyntaxError):
+        compile(cut, "cut", "exec")
+    dropped, err = broken_version(code, "import")
+    assert err == "NameError" and "import pandas" not in dropped and "import numpy as np" in dropped
+    scope: dict = {}
+    exec(dropped, scope)
+    with pytest.raises(NameError, match="'pd'"):
+        scope["task_func"]([[1]])
+    assert broken_version("def task_func(xs):\n    return sorted(xs)\n", "import") is None  # nothing to drop
+    with pytest.raises(ValueError):
+        broken_version(code, "typo")
+    # the draw is stable per task id and gives about the asked share, half of each kind
+    tasks = [CodeTask(id=f"T{i}", prompt="", test_code="", entry_point="f", source="t") for i in range(2000)]
+    draws = [breakage(t, 0.5) for t in tasks]
+    assert draws == [breakage(t, 0.5) for t in tasks]
+    assert 0.45 < sum(d is not None for d in draws) / 2000 < 0.55
+    assert 0.4 < draws.count("cut") / max(1, draws.count("cut") + draws.count("import")) < 0.6
+    assert all(breakage(t, 0.0) is None for t in tasks)
+
+
+def test_recovery_demonstration_fails_first_then_fixes_and_submits(tmp_path, tok, spec):
+    tasks = load_code_tasks(spec)
+    kept = build_demos(tasks, tok, CodeAgentConfig(mode="code-only"), tmp_path / "d.jsonl", recovery=1.0,
+                       progress=False)
+    assert [t.id for t in kept] == ["Demo/0", "Demo/1"]
+    for traj in kept:
+        # these references import nothing, so whichever breakage was drawn, the cut one is shown
+        assert traj.meta["demo"] == "recovery:cut"
+        assert [s.action for s in traj.steps] == ["execute", "execute", "submit"]
+        first, second, submit = traj.steps
+        assert "SyntaxError" in first.error and "SyntaxError" in first.observation  # the real sandbox's error
+        assert second.error is None and "SyntaxError" in second.completion  # the fix names what it fixes
+        assert "All tests passed." in submit.observation and traj.gold["passed"]
 
 
 def test_code_sft_stage_trains_lora_on_the_demonstrations(tmp_path, spec):
