@@ -166,7 +166,8 @@ def _parser() -> argparse.ArgumentParser:
             kind = int if str(f.type).startswith("int") else str
         else:
             kind = type(default)
-        p.add_argument(flag, type=kind, default=None, help=f"{f.metadata['help']} (default: {default})")
+        help_text = f"{f.metadata['help']} (default: {default})".replace("%", "%%")  # argparse formats help with %
+        p.add_argument(flag, type=kind, default=None, help=help_text)
     return p
 
 

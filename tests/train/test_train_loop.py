@@ -193,6 +193,19 @@ def test_cli_flags_and_toml_map_onto_the_config(tmp_path):
         load_config(["--algorithm", "magic"])
 
 
+def test_help_lists_every_field(capsys):
+    """argparse %-formats help texts: a literal '%' in a field's help ("~40 % more time") crashed --help."""
+    from dataclasses import fields
+
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(["--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for f in fields(TrainConfig):
+        assert "--" + f.name.replace("_", "-") in out
+    assert "~40 % more time" in out
+
+
 def test_rl_on_top_of_sft_keeps_the_sft_policy_as_reference_and_reloads(tmp_path):
     from peft import LoraConfig, get_peft_model
 
