@@ -82,7 +82,6 @@ def _kernel(weight):
     return _onednn_linear if _onednn_ok(weight) else _linear
 
 
-
 class DecodeLayers:
     """Holds merged LoRA weights between decodes; ``with layers.applied(model):`` decodes through them."""
 

@@ -234,24 +234,23 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
         cache = DynamicCache(ddp_cache_data=data)
 
     uniq = sorted(set(source))
-    if len(uniq) < B:
+    fed_attn = attn
+    if len(uniq) < B:  # feed one row per distinct prompt
         sub = torch.tensor(uniq, dtype=torch.long)
+        input_ids, pos, fed_attn = input_ids[sub], pos[sub], attn[sub]
         if U > 0:
             cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, sub), layer.values.index_select(0, sub))
                                                  for layer in cache.layers])
-        out = model(input_ids=input_ids[sub], attention_mask=attn[sub], position_ids=pos[sub], cache=cache,
-                    use_cache=True, logits_to_keep=1)
+    out = model(input_ids=input_ids, attention_mask=fed_attn, position_ids=pos, cache=cache, use_cache=True,
+                logits_to_keep=1)
+    logits = out.logits[:, -1, :]
+    if len(uniq) < B:  # and copy its keys, values and logits to the rows that share it
         spread = torch.tensor([uniq.index(s) for s in source], dtype=torch.long)
         for layer in out.cache.layers:
             layer.keys = layer.keys.index_select(0, spread)
             layer.values = layer.values.index_select(0, spread)
-        cache = growing(out.cache)
-        logits = out.logits[:, -1, :].index_select(0, spread)
-    else:
-        out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True,
-                    logits_to_keep=1)
-        cache = growing(out.cache)
-        logits = out.logits[:, -1, :]
+        logits = logits.index_select(0, spread)
+    cache = growing(out.cache)
 
     gen: list[list[int]] = [[] for _ in range(B)]
     lps: list[list[float]] = [[] for _ in range(B)]
