@@ -154,7 +154,8 @@ class LocalPolicy:
             return self._generate_cached(prompts, max_new_tokens, temperature, stop, stop_loops)
         return self._generate_plain(prompts, max_new_tokens, temperature, stop, stop_loops)
 
-    def _generate_cached(self, prompts, max_new_tokens, temperature, stop, stop_loops) -> list[Generation]:
+    def _generate_cached(self, prompts, max_new_tokens, temperature, stop, stop_loops, admit=None,
+                         on_done=None) -> list[Generation]:
         import torch
 
         from .prefix_cache import cached_generate
@@ -172,14 +173,33 @@ class LocalPolicy:
             was_training = self.model.training
             self.model.eval()
             try:
+                done = None
+                if on_done is not None:
+                    def done(i, ids, lps, _fed):
+                        on_done(i, _finish(tok, list(ids), list(lps), stop, self.eos_ids, stop_loops))
                 with self._decode.applied(self.model):
                     rows = cached_generate(self.model, [list(p) for p in prompts], self.cache,
                                            max_new_tokens=max(1, max_new_tokens), temperature=temperature,
-                                           eos_ids=self.eos_ids, pad_id=pad, stop_hit=stop_hit)
+                                           eos_ids=self.eos_ids, pad_id=pad, stop_hit=stop_hit, admit=admit,
+                                           on_done=done)
             finally:
                 if was_training:
                     self.model.train()
         return [_finish(tok, ids, lps, stop, self.eos_ids, stop_loops) for ids, lps, _ in rows]
+
+    @property
+    def continuous(self) -> bool:
+        """Whether ``generate_continuous`` can take new prompts into a running batch (the cached path)."""
+        return self.cache is not None
+
+    def generate_continuous(self, prompts, *, admit, on_done, max_new_tokens=128, temperature=0.0, stop=None,
+                            stop_loops=False) -> list[Generation]:
+        """``generate`` that also starts the prompts ``admit(active_rows)`` returns between decode steps
+        and reports each row to ``on_done(index, generation)`` as it finishes (continuous batching;
+        see ``prefix_cache.cached_generate``).  Returns every row's generation, in arrival order."""
+        if not self.continuous:
+            raise ValueError("continuous batching needs the prefix-cache decode loop (prefix_cache=True)")
+        return self._generate_cached(prompts, max_new_tokens, temperature, stop, stop_loops, admit, on_done)
 
     def _generate_plain(self, prompts, max_new_tokens, temperature, stop, stop_loops) -> list[Generation]:
         import torch
@@ -350,7 +370,11 @@ class BatchingPolicy:
             groups: dict = {}
             for item in pending:
                 groups.setdefault(item[0], []).append(item)
-            for (max_new, temp, stop, loops), items in groups.items():
+            for key, items in groups.items():
+                if getattr(self.policy, "continuous", False):
+                    self._serve_continuous(key, items)
+                    continue
+                max_new, temp, stop, loops = key
                 flat = [p for it in items for p in it[1]]
                 try:
                     extra = {"stop_loops": True} if loops else {}  # policies without the option still serve
@@ -366,6 +390,62 @@ class BatchingPolicy:
                         it[2]["error"] = e
                 for it in items:
                     it[3].set()
+
+
+    def _serve_continuous(self, key, items) -> None:
+        """Serve ``items`` with one continuous-batching call that also takes in requests with the same
+        settings arriving while it runs (up to ``max_batch`` rows at once), answering each request
+        as soon as its rows finish.  Requests with other settings wait for the next call."""
+        max_new, temp, stop, loops = key
+        rows: list[tuple] = []  # row index -> (item, position in the item)
+        results: dict[int, list] = {}
+        left: dict[int, int] = {}
+        deferred: list = []
+
+        def take(items_):
+            prompts = []
+            for it in items_:
+                results[id(it)] = [None] * len(it[1])
+                left[id(it)] = len(it[1])
+                rows.extend((it, j) for j in range(len(it[1])))
+                prompts += it[1]
+            return prompts
+
+        def admit(active: int) -> list:
+            new = []
+            while not deferred:
+                try:
+                    it = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if it[0] != key or (active + len(it[1]) > self.max_batch and active > 0):
+                    deferred.append(it)  # other settings, or no room: after this call
+                    break
+                new.append(it)
+                active += len(it[1])
+            return take(new)
+
+        def on_done(index: int, generation) -> None:
+            it, j = rows[index]
+            results[id(it)][j] = generation
+            left[id(it)] -= 1
+            if left[id(it)] == 0:
+                it[2]["result"] = results[id(it)]
+                it[3].set()
+
+        prompts = take(items)
+        self.calls += 1  # counted up front: callers hear of their rows before the call returns
+        try:
+            extra = {"stop_loops": True} if loops else {}
+            self.policy.generate_continuous(prompts, admit=admit, on_done=on_done, max_new_tokens=max_new,
+                                            temperature=temp, stop=list(stop) or None, **extra)
+        except Exception as e:  # handed to every caller still waiting
+            for it, _ in rows:
+                if not it[3].is_set():
+                    it[2]["error"] = e
+                    it[3].set()
+        for it in deferred:
+            self._queue.put(it)
 
 
 def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, endpoint: str | None = None,

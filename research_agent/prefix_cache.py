@@ -177,15 +177,20 @@ def sample(probs):
 
 
 def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_new_tokens: int,
-                    temperature: float, eos_ids: set[int], pad_id: int, stop_hit=None):
+                    temperature: float, eos_ids: set[int], pad_id: int, stop_hit=None, admit=None, on_done=None):
     """Generate for a batch of prompts, reusing and refilling ``store``.
 
     Returns, per prompt, (generated ids, log-probs of those ids under the untempered policy, number
     of generated ids whose K/V were computed).  ``stop_hit(ids) -> bool`` ends a row early (a stop
     string); EOS ends it too.  Generated ids run up to and including the finishing token.
+
+    Continuous batching: ``admit(active_rows) -> list of prompts`` is asked before every decode step
+    for prompts to start now (they are prefilled and join the running batch: a row that finished
+    need not wait for the longest one), and ``on_done(index, ids, logprobs, fed)`` hears of each row
+    as soon as it finishes.  Rows are indexed in arrival order (``prompts`` first, then admitted
+    ones); the return value covers them all.
     """
     import torch
-    from transformers import DynamicCache
 
     store.check_weights(weights_fingerprint(model))
     # a prefix shared by the whole batch (the system prompt) is computed once, then reused
@@ -193,6 +198,81 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
         shared = _common_prefix(prompts)
         if shared >= 2 * store.min_prefix and all(store.lookup(p)[0] < shared for p in prompts):
             _prefill_only(model, prompts[0][:shared], store, pad_id)
+
+    prompts = [list(p) for p in prompts]
+    cache, attn, logits, starts = _prefill(model, prompts, store, pad_id)
+    gen: list[list[int]] = [[] for _ in prompts]
+    lps: list[list[float]] = [[] for _ in prompts]
+    fed_new = [0] * len(prompts)
+    active = list(range(len(prompts)))  # index of each current batch row
+    while True:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        if temperature > 0:
+            chosen = sample(torch.softmax(logits.float() / temperature, dim=-1))
+        else:
+            chosen = logp.argmax(dim=-1)
+        chosen_lp = logp.gather(-1, chosen[:, None]).squeeze(-1).tolist()
+        chosen = chosen.tolist()
+        keep = []
+        for b, row in enumerate(active):
+            tok = chosen[b]
+            gen[row].append(tok)
+            lps[row].append(chosen_lp[b])
+            done = (tok in eos_ids or len(gen[row]) >= max_new_tokens
+                    or (stop_hit is not None and stop_hit(gen[row])))
+            if done:
+                _store_row(store, cache, b, starts[row], prompts[row] + gen[row][: fed_new[row]])
+                if on_done is not None:
+                    on_done(row, gen[row], lps[row], fed_new[row])
+            else:
+                keep.append(b)
+        if len(keep) < len(active):
+            index = torch.tensor(keep, dtype=torch.long)
+            for layer in cache.layers:
+                layer.keys = layer.keys.index_select(0, index)
+                layer.values = layer.values.index_select(0, index)
+            attn = attn.index_select(0, index)
+            active = [active[b] for b in keep]
+        new = [list(p) for p in admit(len(active))] if admit is not None else []
+        if not active and not new:
+            break
+        if active:
+            step_ids = torch.tensor([[chosen[b]] for b in keep], dtype=torch.long)
+            step_pos = torch.tensor([[len(prompts[r]) + fed_new[r]] for r in active], dtype=torch.long)
+            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
+                        use_cache=True, logits_to_keep=1)
+            cache = out.cache
+            logits = out.logits[:, -1, :]
+            for r in active:
+                fed_new[r] += 1
+        if new:
+            first = len(prompts)
+            prompts += new
+            gen += [[] for _ in new]
+            lps += [[] for _ in new]
+            fed_new += [0] * len(new)
+            new_cache, new_attn, new_logits, new_starts = _prefill(model, new, store, pad_id)
+            if active:
+                cache, attn, shift = _join(cache, attn, new_cache, new_attn)
+                starts += [s + shift[1] for s in new_starts]
+                for r in active:
+                    starts[r] += shift[0]
+                logits = torch.cat([logits, new_logits], dim=0)
+            else:
+                cache, attn, logits = new_cache, new_attn, new_logits
+                starts += new_starts
+            active += list(range(first, len(prompts)))
+    return [(gen[i], lps[i], fed_new[i]) for i in range(len(prompts))]
+
+
+def _prefill(model, prompts: list[list[int]], store: PrefixCache, pad_id: int):
+    """One left-padded forward over the prompts' uncached suffixes on top of their cached prefixes.
+
+    Returns (growing cache [B, heads, width, dim], attention mask [B, width], next-token logits
+    [B, vocab], column of each row's first token)."""
+    import torch
+    from transformers import DynamicCache
 
     hits = [store.lookup(p) for p in prompts]
     # GRPO asks for G samples of each prompt: identical rows are prefilled once and then copied
@@ -250,52 +330,23 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
             layer.keys = layer.keys.index_select(0, spread)
             layer.values = layer.values.index_select(0, spread)
         logits = logits.index_select(0, spread)
-    cache = growing(out.cache)
+    return growing(out.cache), attn, logits, starts
 
-    gen: list[list[int]] = [[] for _ in range(B)]
-    lps: list[list[float]] = [[] for _ in range(B)]
-    fed_new = [0] * B
-    active = list(range(B))  # original row index of each current batch row
-    next_pos = torch.tensor(T, dtype=torch.long)
-    while True:
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        if temperature > 0:
-            chosen = sample(torch.softmax(logits.float() / temperature, dim=-1))
-        else:
-            chosen = logp.argmax(dim=-1)
-        chosen_lp = logp.gather(-1, chosen[:, None]).squeeze(-1).tolist()
-        chosen = chosen.tolist()
-        keep = []
-        for b, row in enumerate(active):
-            tok = chosen[b]
-            gen[row].append(tok)
-            lps[row].append(chosen_lp[b])
-            done = (tok in eos_ids or len(gen[row]) >= max_new_tokens
-                    or (stop_hit is not None and stop_hit(gen[row])))
-            if done:
-                _store_row(store, cache, b, starts[row], prompts[row] + gen[row][: fed_new[row]])
-            else:
-                keep.append(b)
-        if not keep:
-            break
-        if len(keep) < len(active):
-            index = torch.tensor(keep, dtype=torch.long)
-            for layer in cache.layers:
-                layer.keys = layer.keys.index_select(0, index)
-                layer.values = layer.values.index_select(0, index)
-            attn = attn.index_select(0, index)
-            active = [active[b] for b in keep]
-        step_ids = torch.tensor([[chosen[b]] for b in keep], dtype=torch.long)
-        rows = torch.tensor(active, dtype=torch.long)
-        step_pos = (next_pos[rows] + torch.tensor([fed_new[r] for r in active]))[:, None]
-        attn = torch.cat([attn, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-        out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache, use_cache=True,
-                    logits_to_keep=1)
-        cache = out.cache
-        logits = out.logits[:, -1, :]
-        for r in active:
-            fed_new[r] += 1
-    return [(gen[i], lps[i], fed_new[i]) for i in range(B)]
+
+def _join(cache_a, attn_a, cache_b, attn_b):
+    """Stack two batches' caches and masks, left-padding the narrower one (pads are masked out, and
+    positions are explicit, so a row's numbers do not change); returns (cache, mask, (left shift of
+    a's columns, of b's))."""
+    import torch
+    import torch.nn.functional as F
+
+    width = max(attn_a.shape[1], attn_b.shape[1])
+    shift = (width - attn_a.shape[1], width - attn_b.shape[1])
+    for la, lb in zip(cache_a.layers, cache_b.layers, strict=True):
+        la.keys = torch.cat([F.pad(la.keys, (0, 0, shift[0], 0)), F.pad(lb.keys, (0, 0, shift[1], 0))], dim=0)
+        la.values = torch.cat([F.pad(la.values, (0, 0, shift[0], 0)), F.pad(lb.values, (0, 0, shift[1], 0))], dim=0)
+    attn = torch.cat([F.pad(attn_a, (shift[0], 0)), F.pad(attn_b, (shift[1], 0))], dim=0)
+    return cache_a, attn, shift
 
 
 def _store_row(store: PrefixCache, cache, b: int, start: int, ids: list[int]) -> None:

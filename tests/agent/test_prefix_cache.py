@@ -77,6 +77,71 @@ def test_group_of_identical_prompts_is_prefilled_once(smol):
     _same(plain.generate(turn2, max_new_tokens=10, stop=STOP), cached.generate(turn2, max_new_tokens=10, stop=STOP))
 
 
+def test_prompts_admitted_mid_decode_generate_what_they_would_alone(smol):
+    """Continuous batching: rows joining a running batch (its cache wider or narrower than theirs,
+    some of their context cached) get the tokens and log-probs they get on their own, and every
+    row is reported the moment it finishes."""
+    model, tok = smol
+    plain = LocalPolicy(model, tok, prefix_cache=False)
+    cached = LocalPolicy(model, tok)
+    a, b, c, d = _prompts(tok, ["What is the capital of Chile?", "Which ocean borders Kenya?",
+                                "Name the largest desert in Africa and the countries it spans.", "Capital of Peru?"])
+    first = cached.generate([a], max_new_tokens=6, stop=STOP)[0]
+    c2 = a + first.token_ids + [13, 13]  # a second turn: its prefix is in the store
+    schedule = {2: [c], 5: [d, c2]}  # decode step -> prompts arriving then
+    steps, reported = [0], []
+
+    def admit(active):
+        steps[0] += 1
+        assert active >= 0
+        return schedule.pop(steps[0], [])
+
+    def on_done(index, gen):
+        reported.append((index, steps[0], gen))
+
+    outs = cached.generate_continuous([a, b], admit=admit, on_done=on_done, max_new_tokens=14, stop=STOP)
+    assert not schedule  # every arrival was taken in
+    alone = [plain.generate([p], max_new_tokens=14, stop=STOP)[0] for p in (a, b, c, d, c2)]
+    _same(outs, alone)
+    assert sorted(i for i, _, _ in reported) == [0, 1, 2, 3, 4]
+    for index, _, gen in reported:
+        assert gen.token_ids == outs[index].token_ids
+    # the first rows were reported before the late ones had finished
+    when = {i: step for i, step, _ in reported}
+    assert min(when[0], when[1]) < max(when[3], when[4])
+    with pytest.raises(ValueError, match="prefix-cache"):
+        plain.generate_continuous([a], admit=admit, on_done=on_done)
+
+
+def test_batching_policy_takes_late_requests_into_the_running_call(smol):
+    import threading
+    import time
+
+    from research_agent.policy import BatchingPolicy
+
+    model, tok = smol
+    local = LocalPolicy(model, tok)
+    local.eos_ids = set()  # every row decodes all 40 tokens: the first call outlasts the arrivals
+    policy = BatchingPolicy(local, max_batch=8, wait_s=0.05)
+    prompts = _prompts(tok, ["What is the capital of Chile?", "Which ocean borders Kenya?", "Capital of Peru?"])
+    out: dict = {}
+
+    def ask(i):
+        out[i] = policy.generate([prompts[i]], max_new_tokens=40)[0]
+
+    threads = []
+    for i in range(3):  # staggered: each arrives after the previous call has started decoding
+        threads.append(threading.Thread(target=ask, args=(i,)))
+        threads[-1].start()
+        time.sleep(0.4)
+    for t in threads:
+        t.join()
+    assert policy.calls == 1  # one running batch took in the late arrivals
+    alone = LocalPolicy(model, tok)  # (the cached loop itself is checked against plain generate above)
+    alone.eos_ids = set()
+    _same([out[i] for i in range(3)], [alone.generate([p], max_new_tokens=40)[0] for p in prompts])
+
+
 def test_weight_update_drops_the_cache(smol):
     model, tok = smol
     cached = LocalPolicy(model, tok)
