@@ -391,7 +391,6 @@ class BatchingPolicy:
                 for it in items:
                     it[3].set()
 
-
     def _serve_continuous(self, key, items) -> None:
         """Serve ``items`` with one continuous-batching call that also takes in requests with the same
         settings arriving while it runs (up to ``max_batch`` rows at once), answering each request
@@ -400,7 +399,8 @@ class BatchingPolicy:
         rows: list[tuple] = []  # row index -> (item, position in the item)
         results: dict[int, list] = {}
         left: dict[int, int] = {}
-        deferred: list = []
+        deferred: list = []  # other settings: served by a later call
+        held: list = []  # these settings, waiting for room in the batch
 
         def take(items_):
             prompts = []
@@ -413,14 +413,23 @@ class BatchingPolicy:
 
         def admit(active: int) -> list:
             new = []
-            while not deferred:
-                try:
-                    it = self._queue.get_nowait()
-                except queue.Empty:
+            while True:
+                if held:
+                    it = held[0]
+                else:
+                    try:
+                        it = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if it[0] != key:
+                        deferred.append(it)
+                        continue
+                if active > 0 and active + len(it[1]) > self.max_batch:
+                    if not held:
+                        held.append(it)  # tried again when rows finish
                     break
-                if it[0] != key or (active + len(it[1]) > self.max_batch and active > 0):
-                    deferred.append(it)  # other settings, or no room: after this call
-                    break
+                if held:
+                    held.pop()
                 new.append(it)
                 active += len(it[1])
             return take(new)
@@ -444,7 +453,7 @@ class BatchingPolicy:
                 if not it[3].is_set():
                     it[2]["error"] = e
                     it[3].set()
-        for it in deferred:
+        for it in held + deferred:
             self._queue.put(it)
 
 

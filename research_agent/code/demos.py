@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from research_agent.code.agent import CodeAgent, CodeAgentConfig
+from research_agent.code.sanitize import parse
 from research_agent.code.tasks import CodeTask
 from research_agent.policy import Generation
 from research_agent.trajectory import Trajectory
@@ -57,7 +58,7 @@ def reference_code(task: CodeTask) -> str | None:
     if not isinstance(code, str) or not code.strip():
         return None
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError:
         return None
     drop: set[int] = set()
@@ -137,7 +138,7 @@ def example_call(task: CodeTask) -> str | None:
     """Statements that call the entry point as the task's first self-contained test does, printing
     the result (None when no test sets up its input without fixtures, mocks or ``self``)."""
     try:
-        tree = ast.parse(task.test_code or "")
+        tree = parse(task.test_code or "")
     except SyntaxError:
         return None
     for cls in tree.body:

@@ -20,17 +20,33 @@ the model's own error rather than one the sanitizer made.
 from __future__ import annotations
 
 import ast
+import threading
 
 _DEFS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _ASSIGNS = (ast.Assign, ast.AnnAssign)
 _KEPT = _DEFS + _ASSIGNS
 
 
+_AST_LOCK = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """``ast.parse``, one thread at a time.
+
+    CPython 3.11 keeps the AST constructor's recursion depth in shared interpreter state, and
+    parses running in several threads (the code agents' submissions are sanitized in their own
+    threads) can fail spuriously with "SystemError: AST constructor recursion depth mismatch"
+    (cpython gh-106905). Seen here: a test with 2 code tasks in flight failed on it in a full run.
+    """
+    with _AST_LOCK:
+        return ast.parse(source)
+
+
 def longest_parsable_prefix(code: str) -> str | None:
     """The longest prefix of whole lines that parses; None when not even one line does."""
     lines = code.splitlines(keepends=True)
     try:
-        ast.parse(code)
+        parse(code)
         return code
     except SyntaxError:
         pass
@@ -39,7 +55,7 @@ def longest_parsable_prefix(code: str) -> str | None:
     for end in range(len(lines) - 1, 0, -1):
         prefix = "".join(lines[:end])
         try:
-            ast.parse(prefix)
+            parse(prefix)
         except SyntaxError:
             continue
         return prefix if prefix.strip() else None
@@ -140,7 +156,7 @@ def sanitize(code: str, entry_point: str, *, keep_assignments: bool = False) -> 
     parsable = longest_parsable_prefix(code)
     if parsable is None:
         return code
-    tree = ast.parse(parsable)
+    tree = parse(parsable)
     lines = parsable.splitlines(keepends=True)
     owner: list[int | None] = [None] * len(lines)  # top-level statement of each line; None: blank/comment
     for i, node in enumerate(tree.body):
@@ -157,7 +173,7 @@ def sanitize(code: str, entry_point: str, *, keep_assignments: bool = False) -> 
         if o in kept:
             out.append(line if line.endswith("\n") else line + "\n")
     result = "".join(out)
-    if not entry_point or not _defines(ast.parse(result), entry_point):
+    if not entry_point or not _defines(parse(result), entry_point):
         return code
     return result
 

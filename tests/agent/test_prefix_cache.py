@@ -126,12 +126,12 @@ def test_batching_policy_takes_late_requests_into_the_running_call(smol):
     prompts = _prompts(tok, ["What is the capital of Chile?", "Which ocean borders Kenya?", "Capital of Peru?"])
     out: dict = {}
 
-    def ask(i):
-        out[i] = policy.generate([prompts[i]], max_new_tokens=40)[0]
+    def ask(pol, i):
+        out[i] = pol.generate([prompts[i]], max_new_tokens=40)[0]
 
     threads = []
     for i in range(3):  # staggered: each arrives after the previous call has started decoding
-        threads.append(threading.Thread(target=ask, args=(i,)))
+        threads.append(threading.Thread(target=ask, args=(policy, i)))
         threads[-1].start()
         time.sleep(0.4)
     for t in threads:
@@ -140,6 +140,17 @@ def test_batching_policy_takes_late_requests_into_the_running_call(smol):
     alone = LocalPolicy(model, tok)  # (the cached loop itself is checked against plain generate above)
     alone.eos_ids = set()
     _same([out[i] for i in range(3)], [alone.generate([p], max_new_tokens=40)[0] for p in prompts])
+    # a full batch: the late request waits for room and then joins the same call
+    one = BatchingPolicy(local, max_batch=1, wait_s=0.05)
+    out.clear()
+    threads = [threading.Thread(target=ask, args=(one, i)) for i in range(2)]
+    threads[0].start()
+    time.sleep(0.4)
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert one.calls == 1
+    _same([out[0], out[1]], [alone.generate([p], max_new_tokens=40)[0] for p in prompts[:2]])
 
 
 def test_weight_update_drops_the_cache(smol):
