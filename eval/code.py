@@ -156,17 +156,19 @@ def rl_result(run_dir: str | Path) -> dict[str, Any]:
 
 # ---- running ----------------------------------------------------------------------------------
 # Agent-config fields added after runs were made, at the value that reproduces those runs.
-LEGACY_AGENT_CONFIG = {"observation_format": "inline", "stop_loops": False}
+LEGACY_AGENT_CONFIG = {"observation_format": "inline", "stop_loops": False, "submit_hint": False}
 
 
 def _comparable(run: dict[str, Any]) -> dict[str, Any]:
     """A run's identity as compared on resume: older configs get the legacy values of newer fields,
-    and no-tools ignores the observation format (its one turn is over before any result is shown)."""
+    and no-tools ignores the observation format and the submit hint (its one turn is over before any
+    result is shown)."""
     cfg = run.get("agent_config")
     if isinstance(cfg, dict):
         cfg = {**LEGACY_AGENT_CONFIG, **cfg}
         if run.get("mode") == "no-tools":
             cfg.pop("observation_format", None)
+            cfg.pop("submit_hint", None)
     return {**run, "agent_config": cfg}
 
 

@@ -67,6 +67,14 @@ class CodeAgentConfig:
         },
     )
 
+    submit_hint: bool = field(
+        default=True,
+        metadata={
+            "help": "after a clean run that defines the entry point, the result says to submit if done "
+            "(untrained models otherwise rerun working code until the budget is gone)"
+        },
+    )
+
     stop_loops: bool = field(
         default=True,
         metadata={
@@ -161,7 +169,7 @@ class CodeAgent:
         self.tok = policy.tokenizer
         self.config = config or CodeAgentConfig()
         self.task = task
-        self.env = CodeEnvironment(task, docs_browser, limits, test_limits)
+        self.env = CodeEnvironment(task, docs_browser, limits, test_limits, self.config.submit_hint)
         self.on_step = on_step
         self.graph = self._build()
 
@@ -192,6 +200,11 @@ class CodeAgent:
             **({"stop_loops": True} if cfg.stop_loops else {}),
         )[0]
         action, argument, valid, error = CodeEnvironment.parse(gen.text, cfg.mode)
+        from_last_run = action == "submit" and not argument
+        if action == "submit":
+            argument, error = self.env.resolve_submit(argument)
+            if error:
+                action, valid = "invalid", False
         step = Step(
             action=action,
             argument=argument,
@@ -201,7 +214,7 @@ class CodeAgent:
             completion_ids=list(gen.token_ids),
             completion_logprobs=list(gen.logprobs),
             seconds=_now() - t0,
-            info={"finish_reason": gen.finish_reason},
+            info={"finish_reason": gen.finish_reason, **({"from_last_run": True} if from_last_run else {})},
         )
         traj.steps.append(step)
         traj.token_ids += step.completion_ids
@@ -229,7 +242,10 @@ class CodeAgent:
             if action == "execute" and info.get("error"):
                 step.error = info["error"]
         step.seconds += _now() - t0
-        self._observe(traj, step, body, "" if step.info.get("refused") else self._note(traj))
+        note = "" if step.info.get("refused") else self._note(traj)
+        if step.info.get("note") and note != "":  # the submit hint, when a turn follows
+            note = f"{step.info['note']} {note}"
+        self._observe(traj, step, body, note)
         return Command(goto="policy", update={"pending": None})
 
     def submit_node(self, state: CodeState) -> Command[Literal["__end__"]]:

@@ -154,6 +154,44 @@ def test_tool_call_cap_refuses_and_observations_are_truncated(smol, tasks):
     _stream_matches_prompts(policy, traj)
 
 
+def test_submit_hint_survives_truncation_and_goes_with_the_budget_note(smol, tasks):
+    _, tok = smol
+    task = tasks[0]
+    defines = task.meta["reference"] + "\nprint('x' * 5000)"
+    policy = ScriptedPolicy(
+        tok, [_fenced("python", defines), _fenced("python", "print(1)"), _fenced("submit", defines)]
+    )
+    cfg = CodeAgentConfig(mode="code-only", observation_tokens=40)
+    traj = CodeAgent(policy, task, None, cfg).run()
+    first, second = traj.steps[0].observation, traj.steps[1].observation
+    assert "truncated" in first and f"If `{task.entry_point}` does what the task asks, submit it" in first
+    assert first.index("submit it") < first.index("(3 tool calls left)")
+    assert "submit it" not in second and "(2 tool calls left)" in second
+    off = CodeAgent(
+        ScriptedPolicy(tok, [_fenced("python", defines)]),
+        task,
+        None,
+        CodeAgentConfig(mode="code-only", observation_tokens=40, submit_hint=False, max_turns=2),
+    ).run()
+    assert "submit it" not in off.steps[0].observation
+    _stream_matches_prompts(policy, traj)
+
+
+def test_empty_submit_without_a_run_is_invalid_and_after_one_submits_it(smol, tasks):
+    _, tok = smol
+    task = tasks[0]
+    empty = "```submit\n```\n"
+    policy = ScriptedPolicy(tok, [empty, _fenced("python", task.meta["reference"]), empty])
+    traj = CodeAgent(policy, task, None, CodeAgentConfig(mode="code-only")).run()
+    assert [s.action for s in traj.steps] == ["invalid", "execute", "submit"]
+    assert "no code defining `has_close_elements` has run yet" in traj.steps[0].observation
+    assert "an empty ```submit block submits the code you last ran" in traj.steps[1].observation
+    submit = traj.steps[2]
+    assert submit.argument == task.meta["reference"].strip("\n") and submit.info["from_last_run"] is True
+    assert traj.gold["passed"] is True and traj.answer == submit.argument
+    _stream_matches_prompts(policy, traj)
+
+
 def test_no_tools_is_one_turn_and_the_block_is_the_submission(smol, tasks):
     _, tok = smol
     policy = ScriptedPolicy(tok, [_fenced("python", tasks[0].meta["reference"]), "never asked"])

@@ -135,6 +135,31 @@ def test_execute_and_submit_episode(task):
     assert obs.startswith("Tests failed") and info["passed"] is False and done
 
 
+def test_submit_hint_only_after_a_clean_run_that_defines_the_entry_point(task):
+    env = CodeEnvironment(task)
+    define = "def has_close_elements(numbers, threshold):\n    return False\nprint('ok')"
+    obs, info, _ = env.run("execute", define)
+    assert obs == "ok" and "empty ```submit block submits" in info["note"] and "`has_close_elements`" in info["note"]
+    for code in ("print(1)", define + "\n1/0", "def has_close_elements_v2(x):\n    return x"):
+        obs, info, _ = env.run("execute", code)
+        assert "note" not in info, code
+    obs, info, _ = CodeEnvironment(task, submit_hint=False).run("execute", define)
+    assert obs == "ok" and "note" not in info
+
+
+def test_an_empty_submit_block_submits_the_last_code_that_ran_and_defined_the_entry_point(task):
+    assert parse("```submit\n```\n", "code-only") == ("submit", "", True, None)
+    assert parse("```submit\n```\n", "no-tools")[:3] == ("invalid", "", False)
+    env = CodeEnvironment(task)
+    obs, info, done = env.run("submit", "")
+    assert "empty" in obs and "has_close_elements" in obs and not done and env.submitted is None
+    env.run("execute", task.meta["reference"])
+    env.run("execute", "print('unrelated')")  # defines nothing: the solution stays the one to submit
+    assert env.resolve_submit("  \n") == (task.meta["reference"], None)
+    obs, info, done = env.run("submit", "")
+    assert obs == "All tests passed." and done and env.submitted == task.meta["reference"]
+
+
 def test_search_without_browser_is_a_clear_observation(task):
     obs, info, done = CodeEnvironment(task).run("search", "anything")
     assert "not available" in obs and info == {"hits": []} and not done

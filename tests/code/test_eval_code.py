@@ -269,6 +269,25 @@ def test_runs_made_before_loop_stopping_resume_only_without_it(tmp_path, capsys)
     _start_mode(tmp_path, {**info, "agent_config": {**new, "stop_loops": False}})
 
 
+def test_runs_made_before_the_submit_hint_resume_without_it_or_in_no_tools(tmp_path):
+    from eval.code import _start_mode
+    from research_agent.code.agent import CodeAgentConfig
+
+    info = {"schema": 1, "tasks": "t", "model": "m", "adapter": None, "endpoint": None, "docs": None}
+    for mode, same in (("no-tools", True), ("code-only", False)):
+        new = CodeAgentConfig(mode=mode).to_dict()
+        old = {k: v for k, v in new.items() if k != "submit_hint"}
+        d = tmp_path / mode
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({**info, "mode": mode, "agent_config": old}))
+        if same:
+            _start_mode(d, {**info, "mode": mode, "agent_config": new})
+            continue
+        with pytest.raises(RunDirError, match="submit_hint"):
+            _start_mode(d, {**info, "mode": mode, "agent_config": new})
+        _start_mode(d, {**info, "mode": mode, "agent_config": {**new, "submit_hint": False}})
+
+
 class StoppingPolicy(ModeAwarePolicy):
     """Sets ``stop`` during its first generate call, as a Ctrl-C arriving mid-task would."""
 
