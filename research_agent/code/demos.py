@@ -22,6 +22,12 @@ actions but re-ran the same block to the turn limit, after a SyntaxError as afte
   without its library import (a NameError) — reads the error, runs the fixed code, then submits.
   A recovery demonstration is kept only when the broken run really failed with that error and the
   fixed run did not; otherwise the plain demonstration is rendered instead.
+
+With the environment's submit note on (the default), a demonstration ends the way the note offers:
+an empty ```submit block after the clean run, which submits the code that ran. Writing the solution
+out a second time cost ~400 tokens per demonstration and asked a 135M model to copy a long block
+exactly; the decision to stop is what it had not learned, and the short block makes it one token
+pattern to learn.
 """
 
 from __future__ import annotations
@@ -199,12 +205,15 @@ _FIX_NOTE = {"SyntaxError": "The code was cut off before the end (SyntaxError). 
              "NameError": "A name is not defined (NameError): the import is missing. Adding it and running again."}
 
 
-def demo_turns(task: CodeTask, mode: str, *, example: bool = True, broken: str | None = None) -> list[str] | None:
+def demo_turns(task: CodeTask, mode: str, *, example: bool = True, broken: str | None = None,
+               empty_submit: bool = False) -> list[str] | None:
     """The scripted completions of one demonstration (None: the task has no usable reference, or
     the requested breakage does not apply to it).
 
     ``example``: executions end with ``example_call`` (when the tests give one). ``broken``: first
     run the solution broken that way ('cut' or 'import', see ``broken_version``), then fix it.
+    ``empty_submit``: end with an empty ```submit block, which submits the code that last ran (what
+    the environment's submit note offers after a clean run) instead of writing the solution again.
     Each turn is written the way a rollout turn ends: at the environment's stop string.
     """
     code = reference_code(task)
@@ -230,7 +239,8 @@ def demo_turns(task: CodeTask, mode: str, *, example: bool = True, broken: str |
     else:
         turns.append(f"I will run my solution {check}to check that it works.\n```python\n{run}\n```\n")
     done = "It works" if call else "It runs"
-    turns.append(f"{done}. Submitting it.\n```submit\n{code}\n```\n")
+    body = "" if empty_submit else f"{code}\n"
+    turns.append(f"{done}. Submitting it.\n```submit\n{body}```\n")
     return turns
 
 
@@ -295,7 +305,7 @@ def render_demo(task: CodeTask, tokenizer, config: CodeAgentConfig, docs_browser
         return _replay(task, turns, tokenizer, config, docs_browser) if turns else None
     kinds = [broken] + [k for k in ("cut", "import") if k != broken] if broken else []
     for kind in kinds:  # the drawn breakage first; the other when it does not apply to this task
-        turns = demo_turns(task, config.mode, broken=kind)
+        turns = demo_turns(task, config.mode, broken=kind, empty_submit=config.submit_hint)
         if turns:
             traj = _replay(task, turns, tokenizer, config, docs_browser)
             runs = _runs(traj)
@@ -304,12 +314,12 @@ def render_demo(task: CodeTask, tokenizer, config: CodeAgentConfig, docs_browser
                     and not runs[1].error):
                 traj.meta["demo"] = f"recovery:{kind}"
                 return traj
-    turns = demo_turns(task, config.mode)
+    turns = demo_turns(task, config.mode, empty_submit=config.submit_hint)
     if not turns:
         return None
     traj = _replay(task, turns, tokenizer, config, docs_browser)
     if example_call(task) and any(s.error for s in _runs(traj)):
-        turns = demo_turns(task, config.mode, example=False)
+        turns = demo_turns(task, config.mode, example=False, empty_submit=config.submit_hint)
         traj = _replay(task, turns, tokenizer, config, docs_browser)
     return traj
 

@@ -97,6 +97,10 @@ def test_demos_run_through_the_live_agent_and_only_passing_ones_are_kept(tmp_pat
                                                        else "print(task_func([1, 2, 3]))")
         assert ("[1, 2, 3]" if traj.id == "Demo/0" else "[3, 2, 1]") in traj.steps[0].observation
         assert "All tests passed." in traj.steps[1].observation
+        # the submit note was shown after the clean run, and the demonstration takes it: an empty block
+        # submits the code that ran (example call included), and that passed
+        assert "empty ```submit" in traj.steps[0].observation
+        assert traj.steps[1].completion.endswith("```submit\n```\n") and traj.steps[1].info["from_last_run"]
         text = tok.decode(traj.prompt_ids + traj.token_ids)
         assert "<|im_start|>system" in text and "Return the list xs" in text  # smollm2's own chat template
         (ids, mask), = traj.sequences()
@@ -111,6 +115,12 @@ def test_demos_run_through_the_live_agent_and_only_passing_ones_are_kept(tmp_pat
     assert len(read_demos(path)) == 2
     assert [t.id for t in build_demos(tasks, tok, CodeAgentConfig(mode="code-only"), path, progress=False)] == [
         "Demo/0", "Demo/1"]
+    # without the note there is no empty submit to take: the solution is written out again
+    bare = build_demos(tasks[:1], tok, CodeAgentConfig(mode="code-only", submit_hint=False), tmp_path / "bare.jsonl",
+                       progress=False)
+    submit = bare[0].steps[1]
+    assert "def task_func(xs):" in submit.completion and not submit.info.get("from_last_run")
+    assert bare[0].gold["passed"]
 
 
 def _task(test_code: str, reference: str = "def task_func(xs):\n    return xs\n") -> CodeTask:
