@@ -3,6 +3,7 @@
   python -m eval code --tasks dataframebench:test --mode all --model qwen2.5-coder-0.5b --limit 100 --out runs/code-base
   python -m eval code --tasks dataframebench:test --mode multi-tool --adapter runs/rl/final --out runs/code-rl
   python -m eval code ... --mode all --rl-run runs/code-rl --out runs/code-base   # adds the "after RL" bar
+  python -m eval code --compare base=runs/code-base sft=runs/code-sft rl=runs/code-rl --out runs/cmp
   python -m eval code --rescore --out runs/code-base   # re-test saved submissions after a scorer change
 
 Each mode runs greedily (temperature 0, so pass@1 is one deterministic sample) into OUT/<mode>/
@@ -117,12 +118,11 @@ def plot_pass_rates(bars: list[tuple[str, float]], path: str | Path, title: str 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = ["#bdbdbd", "#90a4ae", "#42a5f5", "#66bb6a", "#ffb74d", "#ba68c8"]
+    palette = ["#bdbdbd", "#90a4ae", "#42a5f5", "#66bb6a", "#ffb74d", "#ba68c8"]
+    colors = [palette[i % len(palette)] for i in range(len(bars))]
     fig, ax = plt.subplots(figsize=(2.2 * max(2, len(bars)) + 1, 4.5))
     values = [v for _, v in bars]
-    drawn = ax.bar(
-        [label for label, _ in bars], values, color=colors[: len(bars)], edgecolor="#333", linewidth=1.2
-    )
+    drawn = ax.bar([label for label, _ in bars], values, color=colors, edgecolor="#333", linewidth=1.2)
     for bar, v in zip(drawn, values, strict=True):
         ax.text(
             bar.get_x() + bar.get_width() / 2,
@@ -152,6 +152,57 @@ def rl_result(run_dir: str | Path) -> dict[str, Any]:
     if not metrics or not metrics.get("n"):
         raise RunDirError(f"{run_dir} has no multi-tool results; run it with --mode multi-tool or all")
     return metrics
+
+
+def _result_modes(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(run info, metrics per mode) of an ``eval code`` output: its results.json (all modes) or one
+    mode's results.json (``OUT/MODE/results.json``, the form the per-mode files in docs/results keep)."""
+    if path.is_dir():
+        path = path / RESULTS
+    data = read_json(path, "not a `python -m eval code` results file")
+    check_schema(data, path)
+    if isinstance(data.get("modes"), dict):
+        return data, {m: v for m, v in data["modes"].items() if isinstance(v, dict) and v.get("n")}
+    if data.get("mode") in MODES and isinstance(data.get("metrics"), dict):
+        return data, {data["mode"]: data["metrics"]}
+    raise RunDirError(f"{path} has neither per-mode results nor one mode's metrics")
+
+
+def compare_code_runs(entries: list[str], out_dir: str | Path) -> str:
+    """Side-by-side table and bar plot of finished ``eval code`` results (e.g. base vs after SFT vs after
+    RL, or two models): each entry is ``[LABEL=]PATH`` and every mode in it becomes a row and a bar.
+
+    Runs on different task sets or different numbers of tasks are still drawn, with a warning: their
+    pass rates are not comparable.
+    """
+    from corpus.packages import atomic_write_text
+
+    rows: dict[str, dict[str, Any]] = {}
+    seen: set[tuple[Any, Any]] = set()
+    for entry in entries:
+        label, sep, raw = entry.partition("=")
+        if not sep:
+            label, raw = "", entry
+        info, modes = _result_modes(Path(raw))
+        if not modes:
+            raise RunDirError(f"{raw} holds no finished mode")
+        name = label or f"{info.get('model', '?')}{' + adapter' if info.get('adapter') else ''}"
+        for mode, metrics in modes.items():
+            key = name if len(modes) == 1 and label else f"{name}, {LABELS[mode].lower()}"
+            rows[key] = metrics
+            seen.add((info.get("tasks"), metrics.get("n")))
+    if len(seen) > 1:
+        print("warning: these runs cover different tasks or numbers of tasks "
+              f"({', '.join(f'{t} n={n}' for t, n in sorted(seen, key=str))}); their pass rates are not "
+              "comparable", file=sys.stderr)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = comparison_table(rows)
+    atomic_write_text(out / TABLE, f"# Code agent: compared runs\n\n{table}")
+    tasks = ", ".join(sorted({str(t) for t, _ in seen}))
+    plot_pass_rates([(k.replace(", ", "\n"), float(m["pass_at_1"])) for k, m in rows.items()], out / PLOT,
+                    title=f"pass@1 on {tasks}")
+    return table
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -494,6 +545,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-run the tests of the final submissions already in --out under the current scorer "
         "(after installing a library or a scorer fix); generates nothing",
     )
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        default=None,
+        metavar="[LABEL=]RESULTS",
+        help="no generation: tabulate and plot finished results (an --out directory or a results.json, "
+        "one mode's included) into --out/table.md and pass_at_1.png",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -508,6 +567,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.rescore:
             summary = rescore(args.out, progress=not args.quiet)
             print(summary["table"])
+            return 0
+        if args.compare:
+            print(compare_code_runs(args.compare, args.out))
+            print(f"results: {Path(args.out) / TABLE}, {Path(args.out) / PLOT}", file=sys.stderr)
             return 0
         config = config_from_pairs(args.set)
         if args.limit is not None and args.limit < 1:
@@ -570,6 +633,7 @@ __all__ = [
     "api_docs_browser",
     "api_docs_dir",
     "code_metrics",
+    "compare_code_runs",
     "comparison_table",
     "evaluate_code",
     "evaluate_mode",

@@ -103,8 +103,20 @@ def test_all_modes_write_results_table_and_plot_and_resume(smol, tasks, docs, tm
     assert "| No tools (base) | 2 | 50.0% |" in table and "Multi-tool (base)" in table
     assert (out / "pass_at_1.png").read_bytes().startswith(PNG_MAGIC)
     assert not list(out.glob(".*"))  # no temp files left behind by the atomic writes
-
     calls = policy.calls
+    # --compare: a whole run (every mode a row) beside one mode's results file, no generation
+    cmp = tmp_path / "cmp"
+    assert main(["--compare", f"base={out}", f"only={out / 'code-only' / 'results.json'}", "--out", str(cmp)]) == 0
+    assert policy.calls == calls
+    rows = [line for line in (cmp / "table.md").read_text().splitlines() if line.startswith("| base") or
+            line.startswith("| only")]
+    assert [r.split(" | ")[0] for r in rows] == ["| base, no tools", "| base, code only", "| base, multi-tool",
+                                                 "| only"]
+    assert all(" | 2 | 50.0% |" in r for r in rows)
+    assert (cmp / "pass_at_1.png").read_bytes().startswith(PNG_MAGIC)
+    (tmp_path / "bad.json").write_text("{not json")
+    assert main(["--compare", str(tmp_path / "bad.json"), "--out", str(cmp)]) == 2
+
     again = evaluate_code(tasks, policy, docs, ["no-tools"], out, run_info=info, progress=False)
     assert policy.calls == calls and again["modes"]["no-tools"]["pass_at_1"] == 0.5  # resumed, nothing rerun
     # modes that never read the docs resume whatever docs index a later invocation names
@@ -117,6 +129,7 @@ def test_all_modes_write_results_table_and_plot_and_resume(smol, tasks, docs, tm
         evaluate_code(
             tasks, policy, docs, ["no-tools"], out, run_info={**info, "model": "other"}, progress=False
         )
+
 
 
 def test_after_rl_bar_comes_from_an_adapter_run(smol, tasks, docs, tmp_path):
