@@ -1,4 +1,4 @@
-"""The seed's three-panel training figure, redrawn from metrics.jsonl during training."""
+"""The seed's training figure (reward, loss and KL, tool calls), redrawn from metrics.jsonl during training."""
 
 from __future__ import annotations
 
@@ -20,6 +20,22 @@ def read_metrics(path: str | Path) -> list[dict]:
     return rows
 
 
+REWARD_KEYS = (("reward", "reward"), ("pass_rate", "pass rate"), ("answer_rate", "answer rate"))
+TOOLS = ("search", "open", "find", "execute", "submit")
+
+
+def panels(rows: list[dict]) -> list[str]:
+    """The figure's panels that have data: an SFT run logs no reward or tool calls, and an empty
+    panel reads as a broken run."""
+    out = []
+    if any(k in r for r in rows for k, _ in REWARD_KEYS):
+        out.append("reward")
+    out.append("loss")
+    if any(f"tool_rate/{t}" in r for r in rows for t in TOOLS):
+        out.append("tools")
+    return out
+
+
 def plot_training(metrics_path: str | Path, out_png: str | Path) -> None:
     import matplotlib
 
@@ -30,33 +46,31 @@ def plot_training(metrics_path: str | Path, out_png: str | Path) -> None:
     if not rows:
         return
     steps = [r["step"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    ax = axes[0]
-    for key, label in (("reward", "reward"), ("pass_rate", "pass rate"), ("answer_rate", "answer rate")):
-        if any(key in r for r in rows):
-            ax.plot(steps, [r.get(key, 0) for r in rows], label=label)
-    ax.set_title("reward and pass rate")
-    ax.set_xlabel("step")
-    if ax.lines:
-        ax.legend()
-    ax = axes[1]
-    ax.plot(steps, [r.get("loss", 0) for r in rows], label="loss")
-    ax.set_title("loss and KL")
-    ax.set_xlabel("step")
-    if any("kl" in r for r in rows):
-        ax2 = ax.twinx()
-        ax2.plot(steps, [r.get("kl", 0) for r in rows], color="tab:red", label="KL")
-        ax2.legend(loc="upper right")
-    ax.legend(loc="upper left")
-    ax = axes[2]
-    for name in ("search", "open", "find", "execute", "submit"):
-        key = f"tool_rate/{name}"
-        if any(key in r for r in rows):
-            ax.plot(steps, [r.get(key, 0) for r in rows], label=name)
-    ax.set_title("tool calls per trajectory")
-    ax.set_xlabel("step")
-    if ax.lines:
-        ax.legend()
+    shown = panels(rows)
+    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4), squeeze=False)
+    for ax, panel in zip(axes[0], shown, strict=True):
+        ax.set_xlabel("step")
+        if panel == "reward":
+            for key, label in REWARD_KEYS:
+                if any(key in r for r in rows):
+                    ax.plot(steps, [r.get(key, 0) for r in rows], label=label)
+            ax.set_title("reward and pass rate")
+            ax.legend()
+        elif panel == "loss":
+            ax.plot(steps, [r.get("loss", 0) for r in rows], label="loss")
+            ax.set_title("loss and KL" if any("kl" in r for r in rows) else "loss")
+            if any("kl" in r for r in rows):
+                ax2 = ax.twinx()
+                ax2.plot(steps, [r.get("kl", 0) for r in rows], color="tab:red", label="KL")
+                ax2.legend(loc="upper right")
+            ax.legend(loc="upper left")
+        else:
+            for name in TOOLS:
+                key = f"tool_rate/{name}"
+                if any(key in r for r in rows):
+                    ax.plot(steps, [r.get(key, 0) for r in rows], label=name)
+            ax.set_title("tool calls per trajectory")
+            ax.legend()
     fig.tight_layout()
     tmp = Path(out_png).with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=90)
