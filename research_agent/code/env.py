@@ -9,7 +9,8 @@ it out of the loss). Actions are plain text, as in the research agent and the se
     ```submit\\n...\\n```                          run the task's tests on the solution; ends the episode
 
 Generation of one turn stops at ``</search>`` or at a code block's closing fence ("\\n```\\n"), so a
-turn holds at most one action; an opening fence (```python) never matches the stop string. Some
+turn holds at most one action; an opening fence with a language (```python) never matches the stop
+string, but a bare ``` line does: such a turn ends at its opening fence, and the model is told so. Some
 backends (vLLM) drop the stop string from the output, so a final block or tag left unclosed is
 accepted as if closed.
 """
@@ -158,6 +159,11 @@ class CodeEnvironment:
         if not code.strip():
             if kind == "submit" and mode != "no-tools":
                 return "submit", "", True, None  # the code that last ran: CodeEnvironment.resolve_submit
+            if kind == "plain":  # a bare ``` line is also the stop string: the turn ended at the opening fence
+                return "invalid", "", False, (
+                    "a bare ``` line ends your turn (it reads as a closing fence), so the block was empty: "
+                    "open code with ```python, and quote errors or output without a fence"
+                )
             return "invalid", "", False, "the code block was empty"
         if mode == "no-tools":
             if kind in _PYTHON_LANGS | {"submit", "plain"}:
