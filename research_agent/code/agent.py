@@ -26,9 +26,10 @@ from typing import Any, Literal, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
-from research_agent.code.env import MODES, CodeEnvironment
+from research_agent.code.env import MODES, CodeEnvironment, turn_continues
 from research_agent.code.sandbox import DEFAULT_LIMITS, TEST_LIMITS, SandboxLimits
 from research_agent.code.tasks import CodeTask
+from research_agent.policy import Generation
 from research_agent.trajectory import Step, Trajectory
 
 OBSERVATION = "\n<result>\n{body}\n</result>\n"
@@ -38,6 +39,8 @@ LAST_TURN = "This is your last turn: submit your solution now with ```submit."
 CALLS_LEFT = "({n} tool calls left)"
 # Actions that use up the tool budget; submit never does (it must stay possible to end the task).
 BUDGETED = ("search", "execute")
+# Calls after the first that one turn may take to get past quoted ``` blocks (each re-reads the context).
+MAX_CONTINUATIONS = 3
 
 
 @dataclass
@@ -192,13 +195,7 @@ class CodeAgent:
             return Command(goto=END)
         budget = min(cfg.max_new_tokens, cfg.max_total_tokens - len(traj.prompt_ids) - len(traj.token_ids))
         t0 = _now()
-        gen = self.policy.generate(
-            [traj.prompt_ids + traj.token_ids],
-            max_new_tokens=budget,
-            temperature=cfg.temperature,
-            stop=CodeEnvironment.STOP_STRINGS,
-            **({"stop_loops": True} if cfg.stop_loops else {}),
-        )[0]
+        gen, continued = self._generate_turn(traj, budget)
         action, argument, valid, error = CodeEnvironment.parse(gen.text, cfg.mode)
         from_last_run = action == "submit" and not argument
         if action == "submit":
@@ -214,7 +211,11 @@ class CodeAgent:
             completion_ids=list(gen.token_ids),
             completion_logprobs=list(gen.logprobs),
             seconds=_now() - t0,
-            info={"finish_reason": gen.finish_reason, **({"from_last_run": True} if from_last_run else {})},
+            info={
+                "finish_reason": gen.finish_reason,
+                **({"continued": continued} if continued else {}),
+                **({"from_last_run": True} if from_last_run else {}),
+            },
         )
         traj.steps.append(step)
         traj.token_ids += step.completion_ids
@@ -261,6 +262,28 @@ class CodeAgent:
         # the test verdict is shown (and masked out), so a multi-episode learner sees why it failed
         self._observe(traj, step, body)
         return Command(goto=END)
+
+    def _generate_turn(self, traj: Trajectory, budget: int) -> tuple[Generation, int]:
+        """One policy turn, continued past ``` lines that end no action (``turn_continues``).
+
+        Each continuation is a new call on the turn so far, so its tokens and logprobs are exactly
+        what the model produced; the turn's finish reason is the last call's.
+        """
+        cfg = self.config
+        text, ids, lps, reason, continued = "", [], [], "stop", 0
+        while True:
+            gen = self.policy.generate(
+                [traj.prompt_ids + traj.token_ids + ids],
+                max_new_tokens=budget - len(ids),
+                temperature=cfg.temperature,
+                stop=CodeEnvironment.STOP_STRINGS,
+                **({"stop_loops": True} if cfg.stop_loops else {}),
+            )[0]
+            text, ids, lps, reason = text + gen.text, ids + list(gen.token_ids), lps + list(gen.logprobs), gen.finish_reason
+            done = reason != "stop" or len(ids) >= budget or not gen.token_ids
+            if done or continued == MAX_CONTINUATIONS or not turn_continues(text, cfg.mode):
+                return Generation(text, ids, lps, reason), continued
+            continued += 1
 
     # ---- bookkeeping ----------------------------------------------------------------------------
     def _note(self, traj: Trajectory) -> str:

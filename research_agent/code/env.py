@@ -10,9 +10,10 @@ it out of the loss). Actions are plain text, as in the research agent and the se
 
 Generation of one turn stops at ``</search>`` or at a code block's closing fence ("\\n```\\n"), so a
 turn holds at most one action; an opening fence with a language (```python) never matches the stop
-string, but a bare ``` line does: such a turn ends at its opening fence, and the model is told so. Some
-backends (vLLM) drop the stop string from the output, so a final block or tag left unclosed is
-accepted as if closed.
+string, but a bare ``` line does: when a turn stops at a bare opening fence or at the end of a bare
+block (a quoted error), the agent loop continues it (``turn_continues``), and a tagged block after the
+quote is the action. Some backends (vLLM) drop the stop string from the output, so a final block or
+tag left unclosed is accepted as if closed (there a quote's fence is lost and it still ends the turn).
 """
 
 from __future__ import annotations
@@ -55,21 +56,54 @@ SUBMIT_HINT = (
 )
 
 
+def _fences(text: str) -> list[tuple[str, str, int, bool]]:
+    """Every fenced block in order: (kind, body, position, closed); kind is the language or 'plain'."""
+    blocks, pos = [], 0
+    while (f := _FENCE.search(text, pos)) is not None:
+        rest = text[f.end() :]
+        close = _CLOSE.search(rest)
+        body = rest[: close.start()] if close else rest
+        blocks.append((f.group(1).lower() or "plain", body, f.start(), close is not None))
+        if close is None:
+            break
+        pos = f.end() + close.end()
+    return blocks
+
+
 def _first_action(text: str) -> tuple[str, str, int] | None:
-    """(kind, body, position) of the earliest action: 'search', or a fence's language."""
+    """(kind, body, position) of the earliest action: 'search', or a fence's language.
+
+    A block with a language wins over an earlier bare one: a bare block is how models quote an error
+    or output before the block they mean to run ("The error is:\n```\n...\n```\n```python ...").
+    """
     found = []
     m = _SEARCH.search(text)
     # An unclosed tag is a search only when its rest reads as a query: a model that echoes a hint
     # ("write <search>, ```python or ```submit") must not search for the hint's text.
     if m and (m.group(2) or not re.search(r"[\n`<>]", m.group(1).strip())):
         found.append(("search", m.group(1), m.start()))
-    f = _FENCE.search(text)
-    if f:
-        rest = text[f.end() :]
-        close = _CLOSE.search(rest)
-        body = rest[: close.start()] if close else rest
-        found.append((f.group(1).lower() or "plain", body, f.start()))
+    blocks = _fences(text)
+    tagged = [b for b in blocks if b[0] != "plain"]
+    if tagged or blocks:
+        kind, body, at, _ = (tagged or blocks)[0]
+        found.append((kind, body, at))
     return min(found, key=lambda x: x[2]) if found else None
+
+
+def turn_continues(text: str, mode: str) -> bool:
+    """Did this turn stop at a ``` line that does not end an action, so generation should go on?
+
+    The stop string "\n```\n" also matches a bare opening fence and the close of a bare block, which
+    in the tool modes is a quote, not an action (smollm2 after code SFT wrote "The error is:\n```\n"
+    three turns running, each one cut at its opening fence). A backend can only stop at a substring,
+    so the agent loop asks this and continues the turn. In no-tools a closed bare block is the answer.
+    """
+    if not text.endswith("```\n") or _SEARCH.search(text):
+        return False
+    blocks = _fences(text)
+    if not blocks or any(kind != "plain" for kind, _, _, _ in blocks):
+        return False
+    return not blocks[-1][3] or mode != "no-tools"
 
 
 class CodeEnvironment:
@@ -159,10 +193,10 @@ class CodeEnvironment:
         if not code.strip():
             if kind == "submit" and mode != "no-tools":
                 return "submit", "", True, None  # the code that last ran: CodeEnvironment.resolve_submit
-            if kind == "plain":  # a bare ``` line is also the stop string: the turn ended at the opening fence
+            if kind == "plain":  # the turn ran out at a bare opening fence (it is also the stop string)
                 return "invalid", "", False, (
-                    "a bare ``` line ends your turn (it reads as a closing fence), so the block was empty: "
-                    "open code with ```python, and quote errors or output without a fence"
+                    "the turn ended at a bare ``` line with nothing after it: open code with ```python "
+                    "or ```submit"
                 )
             return "invalid", "", False, "the code block was empty"
         if mode == "no-tools":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from research_agent.code.agent import CodeAgent, CodeAgentConfig, run_code_batch
+from research_agent.code.agent import MAX_CONTINUATIONS, CodeAgent, CodeAgentConfig, run_code_batch
 from research_agent.code.tasks import load_tasks
 from research_agent.policy import BatchingPolicy, Generation, LocalPolicy
 from rewards.code import code_shaped_reward, code_torl_reward
@@ -59,9 +59,13 @@ def _fenced(kind: str, code: str) -> str:
 
 def _stream_matches_prompts(policy: ScriptedPolicy, traj) -> None:
     traj.check_consistency()
+    # a turn continued past a quoted ``` block took more than one call: its first call opens the turn
+    starts = [0]
+    for s in traj.steps:
+        starts.append(starts[-1] + 1 + s.info.get("continued", 0))
     for i in range(1, len(traj.steps)):
-        prev, s = policy.prompts[i - 1], traj.steps[i - 1]
-        assert policy.prompts[i] == prev + s.completion_ids + s.observation_ids
+        prev, s = policy.prompts[starts[i - 1]], traj.steps[i - 1]
+        assert policy.prompts[starts[i]] == prev + s.completion_ids + s.observation_ids
     model_tokens = [t for t, m in zip(traj.token_ids, traj.token_mask, strict=True) if m]
     assert model_tokens == sum((s.completion_ids for s in traj.steps), [])
 
@@ -94,6 +98,33 @@ def test_search_execute_submit_passes_a_correct_solution(smol, tasks, docs_brows
     assert code_shaped_reward(traj).score == 1.0 and code_torl_reward(traj).score == 1.0
 
 
+def test_a_turn_goes_on_past_a_quoted_error_to_the_block_it_runs(smol, tasks):
+    """smollm2 after code SFT cut its turns at "The error is:\n```\n" (the stop string matches a bare
+    opening fence): the turn is continued, as the same model's tokens, until a tagged block closes."""
+    _, tok = smol
+    task = tasks[0]
+    pieces = ["The error is:\n```\n", "NameError: name 'x' is not defined\n```\n", _fenced("python", "print(2 + 3)")]
+    policy = ScriptedPolicy(tok, [*pieces, _fenced("submit", task.meta["reference"])])
+    traj = CodeAgent(policy, task, None, CodeAgentConfig(mode="code-only")).run()
+    assert [s.action for s in traj.steps] == ["execute", "submit"]
+    first = traj.steps[0]
+    assert first.completion == "".join(pieces) and first.info["continued"] == 2 and first.argument == "print(2 + 3)"
+    assert first.completion_ids == sum((tok.encode(p, add_special_tokens=False) for p in pieces), [])
+    assert len(first.completion_logprobs) == len(first.completion_ids) and "5" in first.observation
+    # each continuation call reads the turn so far
+    assert policy.prompts[1] == policy.prompts[0] + tok.encode(pieces[0], add_special_tokens=False)
+    assert traj.gold["passed"] is True
+    _stream_matches_prompts(policy, traj)
+
+
+def test_continuations_are_bounded_by_the_turn_budget(smol, tasks):
+    _, tok = smol
+    policy = ScriptedPolicy(tok, ["```\n"] * 20)
+    traj = CodeAgent(policy, tasks[0], None, CodeAgentConfig(mode="code-only", max_turns=1)).run()
+    assert len(traj.steps) == 1 and traj.steps[0].info["continued"] == MAX_CONTINUATIONS
+    assert len(policy.prompts) == 1 + MAX_CONTINUATIONS and not traj.steps[0].valid
+
+
 def test_wrong_solution_fails_and_erroring_code_is_recorded(smol, tasks, docs_browser):
     _, tok = smol
     task = tasks[0]
@@ -122,12 +153,14 @@ def test_malformed_turns_become_observations_and_turn_limit_ends_the_run(smol, t
             "I think the answer is to loop over pairs.",  # no tool call
             "<search>itertools combinations</search>",  # search is not a tool in code-only
             "",  # empty output
-            "```\nprint(1)\n```\n",  # untagged block
-            "still thinking",
+            "```\nprint(1)\n```\n",  # untagged block: the turn goes on (it may be a quote) ...
+            "still thinking",  # ... and ends with no tagged block after it
+            "stuck",
         ],
     )
     traj = CodeAgent(policy, tasks[0], None, CodeAgentConfig(mode="code-only")).run()
     assert traj.stop_reason == "max_turns" and len(traj.steps) == 5 and traj.answer is None
+    assert traj.steps[3].completion == "```\nprint(1)\n```\nstill thinking" and traj.steps[3].info["continued"] == 1
     assert all(s.action == "invalid" and not s.valid for s in traj.steps)
     assert "no tool call was found" in traj.steps[0].observation
     assert "search is not available" in traj.steps[1].observation
