@@ -520,6 +520,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adapter", default=None, help="LoRA adapter directory (e.g. after RL)")
     p.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
     p.add_argument("--limit", type=int, default=None, help="the first N tasks")
+    p.add_argument(
+        "--ids",
+        default=None,
+        help="comma-separated task ids (DFB/B0013 or B0013): only these, e.g. to re-run the tasks a "
+        "change is about; applied after --limit",
+    )
     p.add_argument("--out", required=True, help="output directory (an interrupted run there is resumed)")
     p.add_argument("--rl-run", default=None, help="an `eval code --adapter` output: adds the after-RL bar")
     p.add_argument("--docs", default=None, help="API-docs corpus directory (default: the cached one)")
@@ -557,6 +563,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def select_ids(tasks: list, ids: str | None) -> list:
+    """The tasks named in ``ids`` (full ids or the part after the source's ``/``), in task order."""
+    if not ids:
+        return tasks
+    wanted = [w.strip() for w in ids.split(",") if w.strip()]
+    by_name = {}
+    for t in tasks:
+        by_name[t.id] = t
+        by_name.setdefault(t.id.rsplit("/", 1)[-1], t)
+    missing = [w for w in wanted if w not in by_name]
+    if missing:
+        raise ValueError(f"task ids not among the loaded tasks: {', '.join(missing)}")
+    chosen = {by_name[w].id for w in wanted}
+    return [t for t in tasks if t.id in chosen]
+
+
 def main(argv: list[str] | None = None) -> int:
     from corpus.store import CorpusError
     from research_agent.code.tasks import TaskSourceError, load_tasks
@@ -575,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_pairs(args.set)
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1")
-        tasks = load_tasks(args.tasks, limit=args.limit)
+        tasks = select_ids(load_tasks(args.tasks, limit=args.limit), args.ids)
         if not tasks:
             raise ValueError(f"{args.tasks} has no tasks")
         if args.rl_run:
@@ -594,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         info = {
             "tasks": args.tasks,
             "limit": args.limit,
+            **({"ids": [t.id for t in tasks]} if args.ids else {}),
             "model": args.model,
             "adapter": args.adapter,
             "endpoint": args.endpoint,
@@ -642,5 +665,6 @@ __all__ = [
     "rescore",
     "rescore_mode",
     "rl_result",
+    "select_ids",
     "write_summary",
 ]

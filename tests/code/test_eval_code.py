@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from eval.code import api_docs_browser, code_metrics, evaluate_code, main, rl_result
+from eval.code import api_docs_browser, code_metrics, evaluate_code, main, rl_result, select_ids
 from eval.rundir import RunDirError
 from research_agent.code.tasks import load_tasks
 from research_agent.policy import Generation
@@ -196,6 +196,17 @@ def test_cli_runs_a_tiny_real_model_and_reports_clear_errors(smol, tmp_path, cap
     assert "without --adapter" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--set expects"):
         main([*argv, "--set", "temperature"])
+    assert main([*argv[:-3], "--ids", "B0001,B9999", "--out", str(tmp_path / "z"), "--quiet"]) == 2
+    assert "B9999" in capsys.readouterr().err and not (tmp_path / "z").exists()
+
+
+def test_ids_pick_named_tasks_in_task_order():
+    tasks = load_tasks("dataframebench:test", limit=20)
+    picked = select_ids(tasks, "B0017, DFB/B0013")
+    assert [t.id for t in picked] == ["DFB/B0013", "DFB/B0017"]
+    assert select_ids(tasks, None) == tasks
+    with pytest.raises(ValueError, match="B0050"):
+        select_ids(tasks, "B0013,B0050")  # beyond --limit 20
 
 
 def test_rescore_retests_saved_submissions_without_generating(smol, tasks, tmp_path):
