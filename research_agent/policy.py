@@ -301,9 +301,15 @@ class EndpointPolicy:
         for choice in choices:
             text = choice.get("text", "")
             reason = choice.get("finish_reason") or "stop"
+            # vLLM names what ended the row: the stop string it matched, a token id, or None for EOS
+            matched = choice.get("stop_reason", "")
+            if reason == "stop" and "stop_reason" in choice and matched is None:
+                reason = "eos"
             if stop and reason == "stop" and not any(text.endswith(s) for s in stop):
-                # OpenAI servers drop the stop string; put back the one that closes the open action
-                opened = [s for s in stop if s.replace("/", "") in text]
+                # OpenAI servers drop the stop string; put back the one that fired (vLLM says which;
+                # others: the one that closes the open action). The code agent needs it to tell a
+                # bare ``` line from the end of a turn.
+                opened = [matched] if matched in stop else [s for s in stop if s.replace("/", "") in text]
                 if opened:
                     text += opened[-1]
             ids = self.tokenizer.encode(text, add_special_tokens=False)

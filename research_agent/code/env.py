@@ -12,8 +12,9 @@ Generation of one turn stops at ``</search>`` or at a code block's closing fence
 turn holds at most one action; an opening fence with a language (```python) never matches the stop
 string, but a bare ``` line does: when a turn stops at a bare opening fence or at the end of a bare
 block (a quoted error), the agent loop continues it (``turn_continues``), and a tagged block after the
-quote is the action. Some backends (vLLM) drop the stop string from the output, so a final block or
-tag left unclosed is accepted as if closed (there a quote's fence is lost and it still ends the turn).
+quote is the action. Some backends (vLLM) drop the stop string from the output: the endpoint policy
+puts back the one the server names (vLLM's ``stop_reason``), and a final block or tag left unclosed
+is accepted as if closed.
 """
 
 from __future__ import annotations

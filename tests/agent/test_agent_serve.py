@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import threading
 import urllib.error
@@ -58,6 +59,44 @@ def test_malformed_requests_get_a_4xx_with_a_message(server):
         with pytest.raises(urllib.error.HTTPError) as e:
             _post(server + "/v1/completions", payload)
         assert e.value.code == 400 and json.loads(e.value.read())["error"]["message"]
+
+
+class _VLLMStyle(http.server.BaseHTTPRequestHandler):
+    """Test double for a vLLM server (none can run here): it drops stop strings from the text, as
+    vLLM does, and names the one that fired in ``stop_reason`` (None for EOS)."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        choices = [
+            {"index": 0, "text": "The error is:", "finish_reason": "stop", "stop_reason": "\n```\n"},
+            {"index": 1, "text": "<search>pandas merge", "finish_reason": "stop", "stop_reason": None},
+            {"index": 2, "text": "<search>pandas merge", "finish_reason": "stop"},
+        ]
+        body = json.dumps({"choices": choices}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_stop_string_the_server_dropped_is_put_back(smol):
+    _, tok = smol
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _VLLMStyle)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        policy = EndpointPolicy(f"http://127.0.0.1:{srv.server_address[1]}", "m", tok)
+        named, eos, unnamed = policy.generate([[1], [1], [1]], max_new_tokens=8, stop=["</search>", "\n```\n"])
+    finally:
+        srv.shutdown()
+    # the fence came back, so the code agent can tell a bare ``` line (continue the turn) from an action
+    assert named.text == "The error is:\n```\n" and named.finish_reason == "stop"
+    assert tok.decode(named.token_ids) == named.text and len(named.logprobs) == len(named.token_ids)
+    assert eos.text == "<search>pandas merge" and eos.finish_reason == "eos"  # vLLM: None means EOS
+    assert unnamed.text == "<search>pandas merge</search>"  # no stop_reason: the open action's closer
 
 
 def test_unreachable_endpoint_is_a_clear_error(smol):
