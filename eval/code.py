@@ -207,7 +207,12 @@ def compare_code_runs(entries: list[str], out_dir: str | Path) -> str:
 
 # ---- running ----------------------------------------------------------------------------------
 # Agent-config fields added after runs were made, at the value that reproduces those runs.
-LEGACY_AGENT_CONFIG = {"observation_format": "inline", "stop_loops": False, "submit_hint": False}
+LEGACY_AGENT_CONFIG = {
+    "observation_format": "inline",
+    "stop_loops": False,
+    "submit_hint": False,
+    "continue_quotes": False,
+}
 
 
 def _comparable(run: dict[str, Any]) -> dict[str, Any]:

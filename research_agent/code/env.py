@@ -10,9 +10,10 @@ it out of the loss). Actions are plain text, as in the research agent and the se
 
 Generation of one turn stops at ``</search>`` or at a code block's closing fence ("\\n```\\n"), so a
 turn holds at most one action; an opening fence with a language (```python) never matches the stop
-string, but a bare ``` line does: when a turn stops at a bare opening fence or at the end of a bare
-block (a quoted error), the agent loop continues it (``turn_continues``), and a tagged block after the
-quote is the action. Some backends (vLLM) drop the stop string from the output: the endpoint policy
+string, but a bare ``` line does: such a turn ends at its opening fence, and the model is told so.
+The agent loop can instead continue a turn that stopped at a bare fence or at the end of a bare block
+(a quoted error; ``turn_continues``, ``CodeAgentConfig.continue_quotes``, off by default), and then
+a tagged block after the quote is the action. Some backends (vLLM) drop the stop string from the output: the endpoint policy
 puts back the one the server names (vLLM's ``stop_reason``), and a final block or tag left unclosed
 is accepted as if closed.
 """
@@ -194,10 +195,10 @@ class CodeEnvironment:
         if not code.strip():
             if kind == "submit" and mode != "no-tools":
                 return "submit", "", True, None  # the code that last ran: CodeEnvironment.resolve_submit
-            if kind == "plain":  # the turn ran out at a bare opening fence (it is also the stop string)
+            if kind == "plain":  # a bare ``` line is also the stop string: the turn ended at the opening fence
                 return "invalid", "", False, (
-                    "the turn ended at a bare ``` line with nothing after it: open code with ```python "
-                    "or ```submit"
+                    "a bare ``` line ends your turn (it reads as a closing fence), so the block was empty: "
+                    "open code with ```python, and quote errors or output without a fence"
                 )
             return "invalid", "", False, "the code block was empty"
         if mode == "no-tools":

@@ -57,7 +57,8 @@ def test_mode_rules():
     action, _, valid, error = parse("```\nprint(1)\n```", "multi-tool")
     assert (action, valid) == ("invalid", False) and "```python" in error
     assert parse("```bash\nls\n```", "code-only")[0] == "invalid"
-    # a turn that ran out at a bare opening fence (also the stop string) is told how to open code
+    # a bare ``` opening fence is also the stop string: the turn ends there (smollm2 after code SFT wrote
+    # "The error is:\n```\n" three times running); the message says why the block was empty
     action, _, valid, error = parse("The error is:\n```\n", "multi-tool")
     assert (action, valid) == ("invalid", False) and "bare ```" in error and "```python" in error
     assert parse("```python\n\n```\n", "code-only")[3] == "the code block was empty"
