@@ -13,9 +13,9 @@ turn holds at most one action; an opening fence with a language (```python) neve
 string, but a bare ``` line does: such a turn ends at its opening fence, and the model is told so.
 The agent loop can instead continue a turn that stopped at a bare fence or at the end of a bare block
 (a quoted error; ``turn_continues``, ``CodeAgentConfig.continue_quotes``, off by default), and then
-a tagged block after the quote is the action. Some backends (vLLM) drop the stop string from the output: the endpoint policy
-puts back the one the server names (vLLM's ``stop_reason``), and a final block or tag left unclosed
-is accepted as if closed.
+a tagged block after the quote is the action. Some backends (vLLM) drop the stop string from the
+output: the endpoint policy puts back the one the server names (vLLM's ``stop_reason``), and a final
+block or tag left unclosed is accepted as if closed.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def turn_continues(text: str, mode: str) -> bool:
     The stop string "\n```\n" also matches a bare opening fence and the close of a bare block, which
     in the tool modes is a quote, not an action (smollm2 after code SFT wrote "The error is:\n```\n"
     three turns running, each one cut at its opening fence). A backend can only stop at a substring,
-    so the agent loop asks this and continues the turn. In no-tools a closed bare block is the answer.
+    so the agent loop (with ``continue_quotes``) asks this and continues the turn. In no-tools a
+    closed bare block is the answer.
     """
     if not text.endswith("```\n") or _SEARCH.search(text):
         return False
