@@ -6,10 +6,12 @@ it starts fast and trusts nothing from the environment). It reads one JSON paylo
     {"code", "files", "workdir", "mount", "uid", "python", "env", "hide", "expose", "limits", "status_fd"}
 
 With ``mount`` (inside fresh mount + pid + net namespaces) it makes the whole filesystem read-only,
-hides the caller's home under an empty tmpfs (re-exposing only the Python installation, read-only),
-and gives the program a fresh tmpfs at /tmp as its working directory, so nothing it writes outlives
-it or lands outside. It then forks: the child sets rlimits, drops to an unprivileged uid (so
-RLIMIT_NPROC binds even though we run as root) and execs Python on the code. The parent stays as
+hides the caller's home under an empty tmpfs and gives the program a fresh tmpfs at /tmp as its
+working directory, so nothing it writes outlives it or lands outside; the Python environment's
+directories that lay under those (``expose``: a virtualenv under /tmp, pyenv or uv under a home) are
+bind-mounted back into place, read-only. It then forks: the child sets rlimits, drops to an unprivileged uid (so
+RLIMIT_NPROC binds even though we run as root) and execs Python (``python``, the caller's unresolved interpreter) on the code; if the exec fails
+(an unprivileged uid may not read that Python), the failure is reported as a boot error. The parent stays as
 the namespace's pid 1 — the program cannot signal it, and when it exits the kernel kills every
 process left in the namespace (fork-bomb children included). How the program ended is written as
 JSON to the status pipe (``status_fd``), separate from the program's own stdout/stderr.
@@ -61,29 +63,29 @@ def _remount_readonly(path, extra=0):
 
 
 def _build_jail(payload):
-    """Read-only root, hidden home dirs, fresh tmpfs for /tmp and /dev/shm; returns the workdir."""
+    """Read-only root, hidden home dirs, fresh tmpfs for /tmp and /dev/shm, the Python environment put
+    back read-only where it was; returns the workdir."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # Hold the environment's directories before anything is mounted over them: afterwards they are
+    # reachable only through these descriptors (/proc/self/fd/N), e.g. a virtualenv under /tmp.
+    held = [(os.open(path, os.O_PATH | os.O_DIRECTORY), path) for path in payload["expose"]]
     tmp_mb = payload["limits"]["tmpfs_mb"]
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_mb}m,nr_inodes=20000,mode=1777")
-    # Stage the Python installation dirs that live under a hidden dir before hiding it.
-    staged = []
-    for i, path in enumerate(payload["expose"]):
-        stage = f"/tmp/.expose{i}"
-        os.mkdir(stage)
-        _mount(path, stage, None, MS_BIND | MS_REC)
-        staged.append((stage, path))
-    for hidden in payload["hide"]:
-        _mount("tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-    for stage, path in staged:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        _mount(stage, path, None, MS_MOVE)
-        os.rmdir(stage)
-    # Everything else read-only: the root and the mounts under it that a program could write to.
-    _remount_readonly("/")
-    for _stage, path in staged:
-        _remount_readonly(path, MS_NOSUID | MS_NODEV)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777")
+    hidden = [h for h in payload["hide"] if os.path.isdir(h)]  # a home under /tmp is gone already
+    for path in hidden:
+        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for fd, path in held:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+    # Everything else read-only: the root and the mounts under it that a program could write to.
+    _remount_readonly("/")
+    for _fd, path in held:
+        _remount_readonly(path, MS_NOSUID | MS_NODEV)
+    for path in hidden:
+        _remount_readonly(path)
     workdir = "/tmp/work"
     os.mkdir(workdir, 0o700)
     return workdir
@@ -128,14 +130,24 @@ def main():
         status.write(json.dumps({"boot_error": f"{type(e).__name__}: {e}"}))
         status.close()
         sys.exit(70)
+    # Closed on exec: it reads EOF once the program runs, or why the child could not start it.
+    exec_r, exec_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:
+        os.close(exec_r)
         try:
             _child(payload, workdir, os.path.join(workdir, "main.py"))
         except BaseException as e:  # exec failed
-            os.write(2, f"sandbox: could not start python: {e}\n".encode())
+            os.write(exec_w, f"could not start {payload['python']} as uid {os.getuid()}: {e}".encode())
         os._exit(127)
+    os.close(exec_w)
+    with os.fdopen(exec_r, "rb") as f:
+        exec_error = f.read().decode("utf-8", "replace")
     _, wstatus = os.waitpid(pid, 0)
+    if exec_error:
+        status.write(json.dumps({"boot_error": exec_error}))
+        status.close()
+        sys.exit(70)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     report = {"cpu_s": usage.ru_utime + usage.ru_stime}
     if os.WIFSIGNALED(wstatus):

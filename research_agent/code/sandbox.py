@@ -7,26 +7,39 @@ whole group (and pid namespace) is killed. Where the OS allows, the program also
 pid/net/mount namespaces with a read-only filesystem and as an unprivileged uid — the only way
 RLIMIT_NPROC (fork bombs) binds when the caller is root, which it is in containers.
 
+The program runs on the caller's interpreter — ``sys.executable`` as the user started it, not its
+resolved target, so a virtualenv (``venv``, ``virtualenv``, ``uv``) keeps its site-packages — and
+the environment's prefix is bind-mounted read-only back into place when the sandbox hides the home
+directory or mounts a fresh ``/tmp`` over it.
+
 Isolation levels, strongest first (``isolation_level()`` probes once and caches):
 
 - ``namespaces+uid``: root with util-linux ``unshare``: pid+net+mount namespaces, read-only root,
   hidden home, fresh tmpfs /tmp, unprivileged uid. No network, no view of other processes.
 - ``userns``: non-root with unprivileged user namespaces: the same namespaces and mounts, own uid.
-- ``uid``: root without namespaces: unprivileged uid and rlimits; network is NOT blocked.
+- ``uid``: root without namespaces: unprivileged uid and rlimits; network is NOT blocked, and
+  Python installed under a private (0700) directory such as a home cannot start.
 - ``rlimits``: rlimits, a process group and a temp dir only. The program runs as the caller's
   user with the caller's filesystem access: it CAN delete the caller's files. Only for trusted code.
 
-Set ``RESEARCH_AGENT_SANDBOX`` to one of these names to force a (weaker) level.
+The default is the strongest level that works here, checked by running a real program through it;
+``rlimits`` is never a default. Set ``RESEARCH_AGENT_SANDBOX`` to one of the names to choose a level
+(a weaker one only this way). Commands that run model-written code call ``require_contained`` so
+that they refuse an uncontained level unless the user passed ``--allow-unsafe-sandbox``.
+See docs/security.md for what each level promises and what it does not.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import pwd
 import random
 import selectors
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -38,6 +51,22 @@ from pathlib import Path
 LEVELS = ("namespaces+uid", "userns", "uid", "rlimits")
 # Levels under which the filesystem outside the work dir is read-only or hidden for the program.
 CONTAINED_LEVELS = ("namespaces+uid", "userns")
+# What running model-written code at an uncontained level means (the refusal message says it).
+UNCONTAINED_MEANS = {
+    "uid": (
+        "the program runs as an unprivileged uid under rlimits only: it can reach the network, "
+        "see this machine's processes, and read (and write) every file that is world-readable "
+        "(world-writable), /tmp included"
+    ),
+    "rlimits": (
+        "the program runs as your own user ({user}) under rlimits only: it can read, change and "
+        "delete every file you can (the repository, your home, SSH keys, API key files), reach "
+        "the network, and signal your processes"
+    ),
+}
+# Directories the contained levels replace with a fresh tmpfs; an environment living there is re-exposed.
+FRESH_DIRS = ("/tmp", "/dev/shm")
+_log = logging.getLogger(__name__)
 # Output beyond this is not read: the program is killed (protects the caller from output bombs).
 MAX_OUTPUT_BYTES = 1 << 20
 # Unprivileged uids are drawn from here, one per run, so concurrent sandboxes never share an
@@ -58,6 +87,10 @@ _SIGNAL_HINTS = {
 
 class SandboxError(RuntimeError):
     """The sandbox itself could not start (not a failure of the program it runs)."""
+
+
+class UnsafeSandboxError(SandboxError):
+    """Model-written code would run uncontained, and the user did not say that this is acceptable."""
 
 
 @dataclass
@@ -114,10 +147,18 @@ def last_line(text: str) -> str | None:
     return lines[-1] if lines else None
 
 
+def _python() -> str:
+    """The interpreter the user runs, unresolved: a venv's ``bin/python`` finds its ``pyvenv.cfg`` (and
+    so its site-packages) only under its own name, not under the base interpreter it links to."""
+    return os.path.abspath(sys.executable)
+
+
 def _scrubbed_env(workdir: str) -> dict[str, str]:
     """A fresh environment: nothing inherited, so no API key or token can leak into the program."""
+    path = ["/usr/local/bin", "/usr/bin", "/bin"]
+    bindir = os.path.dirname(_python())
     return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "PATH": ":".join(path if bindir in path else [bindir, *path]),  # `python` is the user's python
         "HOME": workdir,
         "TMPDIR": workdir,
         "LANG": "C.UTF-8",
@@ -134,25 +175,39 @@ def _scrubbed_env(workdir: str) -> dict[str, str]:
     }
 
 
+def _inside(path: str, dirs: list[str] | tuple[str, ...]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
 def _hidden_and_exposed() -> tuple[list[str], list[str]]:
-    """Home directories to hide, and the Python installation paths inside them to re-expose read-only."""
+    """Home directories to hide, and the Python environment's directories to put back read-only.
+
+    The environment (its prefix, its base interpreter's prefix, its site-packages) is put back where
+    the sandbox hides or replaces what holds it: a home (pyenv, uv, conda under ``~``) or ``/tmp``
+    (a virtualenv made there). Both the path as the user names it and its resolved target are put
+    back, so a prefix reached through a symlink still works. Nothing else of a home comes back."""
     home = os.path.realpath(os.path.expanduser("~"))
     hide = [home] if home not in ("/", "") and os.path.isdir(home) else []
-    wanted = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    wanted |= {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
-    wanted.add(os.path.dirname(os.path.realpath(sys.executable)))
-    inside = sorted(p for p in wanted if any(p == h or p.startswith(h + "/") for h in hide))
+    python = _python()
+    wanted = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    wanted += [os.path.dirname(python), os.path.dirname(os.path.realpath(python))]
+    wanted += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    covered = [*hide, *FRESH_DIRS]
+    paths = set()
+    for p in wanted:
+        for q in (os.path.abspath(p), os.path.realpath(p)):
+            if os.path.isdir(q) and _inside(q, covered):
+                paths.add(q)
+    # Never put back a whole hidden or fresh dir (that would undo hiding it), and keep outermost paths only.
     expose: list[str] = []
-    for p in inside:  # keep only outermost paths
-        if not any(p == e or p.startswith(e + "/") for e in expose):
+    for p in sorted(paths):
+        if p not in covered and not _inside(p, expose):
             expose.append(p)
-    # Never re-expose the whole home (that would undo hiding it): the current dir on sys.path may be it.
-    expose = [p for p in expose if p not in hide]
     return hide, expose
 
 
 def _command(level: str) -> list[str]:
-    boot = [os.path.realpath(sys.executable), "-I", "-S", str(_BOOT)]
+    boot = [_python(), "-I", "-S", str(_BOOT)]
     if level == "namespaces+uid":
         return ["unshare", *_UNSHARE_ROOT, *boot]
     if level == "userns":
@@ -249,7 +304,7 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
         "workdir": workdir,
         "mount": mount,
         "uid": uid,
-        "python": os.path.realpath(sys.executable),
+        "python": _python(),
         "env": _scrubbed_env(workdir),
         "hide": hide,
         "expose": expose,
@@ -303,7 +358,15 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
     except json.JSONDecodeError:
         report = {}
     if "boot_error" in report:
-        raise SandboxError(f"sandbox setup failed at level {level}: {report['boot_error']}")
+        hint = ""
+        if level == "uid" and "Permission denied" in report["boot_error"]:
+            real = os.path.realpath(_python())
+            hint = (
+                f" (an unprivileged uid cannot start {real}: it lies under a directory only its owner may"
+                " enter, such as a home; a contained level puts it back read-only, or install Python"
+                " where other users can read it)"
+            )
+        raise SandboxError(f"sandbox setup failed at level {level}: {report['boot_error']}{hint}")
     returncode = report.get("returncode")
     if "signal" in report:
         returncode = -report["signal"]
@@ -327,27 +390,93 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
     )
 
 
-@lru_cache(maxsize=1)
-def isolation_level() -> str:
-    """The strongest level that works here (probed once by running a tiny program through it)."""
-    forced = os.environ.get("RESEARCH_AGENT_SANDBOX")
+def _probe(level: str) -> str | None:
+    """Run a real program at ``level``: None if it ran on this environment, else why not."""
+    try:
+        res = _run("import sys\nprint(sys.prefix)", SandboxLimits(wall_s=20.0), None, level)
+    except SandboxError as e:
+        return str(e)
+    if not res.ok:
+        return res.error or "the probe program failed"
+    if res.stdout.strip() != sys.prefix:
+        return f"the sandboxed program ran on prefix {res.stdout.strip()!r}, not this environment's {sys.prefix!r}"
+    return None
+
+
+@lru_cache(maxsize=4)
+def _find_level(forced: str | None) -> str | SandboxError:
+    """The level to use (``forced`` is the user's choice), or the error explaining why there is none."""
     if forced:
         if forced not in LEVELS:
             raise ValueError(f"RESEARCH_AGENT_SANDBOX={forced!r} is not one of {', '.join(LEVELS)}")
+        reason = _probe(forced)
+        if reason:
+            return SandboxError(f"RESEARCH_AGENT_SANDBOX={forced} does not work here: {reason}")
         return forced
-    root = os.geteuid() == 0
-    candidates = ["namespaces+uid", "uid"] if root else ["userns"]
+    candidates = ["namespaces+uid", "uid"] if os.geteuid() == 0 else ["userns"]
+    tried = []
     if not shutil.which("unshare"):
+        tried += [f"{c}: util-linux `unshare` is not installed" for c in candidates if c in CONTAINED_LEVELS]
         candidates = [c for c in candidates if c not in CONTAINED_LEVELS]
-    probe = "import os\nprint(os.getuid())"
     for level in candidates:
-        try:
-            res = _run(probe, SandboxLimits(wall_s=20.0), None, level)
-        except SandboxError:
-            continue
-        if res.ok and res.stdout.strip():
+        reason = _probe(level)
+        if reason is None:
+            if level not in CONTAINED_LEVELS:
+                _log.warning(
+                    "code sandbox: no contained level works here, using %r: %s",
+                    level,
+                    UNCONTAINED_MEANS[level],
+                )
             return level
-    return "rlimits"
+        tried.append(f"{level}: {reason}")
+    return UnsafeSandboxError(
+        "no sandbox level that isolates model-written code works here ("
+        + "; ".join(tried)
+        + "). It is not run unconfined by default. Install util-linux `unshare` and run as root, or enable"
+        " unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or"
+        " kernel.apparmor_restrict_unprivileged_userns=0); or, for code you trust, set"
+        " RESEARCH_AGENT_SANDBOX=rlimits (commands also want --allow-unsafe-sandbox):"
+        f" {UNCONTAINED_MEANS['rlimits'].format(user=_user())}."
+    )
+
+
+def isolation_level() -> str:
+    """The level ``run_python`` uses: the one named by ``RESEARCH_AGENT_SANDBOX``, else the strongest that
+    works here (each probed once, by running a real program). Raises ``SandboxError`` if the named level
+    does not work, and ``UnsafeSandboxError`` if none but ``rlimits`` would: never a silent downgrade."""
+    found = _find_level(os.environ.get("RESEARCH_AGENT_SANDBOX") or None)
+    if isinstance(found, SandboxError):
+        raise type(found)(str(found))
+    return found
+
+
+def _user() -> str:
+    try:
+        return f"{pwd.getpwuid(os.geteuid()).pw_name}, uid {os.geteuid()}"
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def require_contained(allow_unsafe: bool = False) -> str:
+    """The sandbox level, if it contains model-written code; else ``UnsafeSandboxError`` unless
+    ``allow_unsafe`` (the user's ``--allow-unsafe-sandbox``). Commands call this before they start."""
+    level = isolation_level()
+    if level in CONTAINED_LEVELS:
+        return level
+    means = UNCONTAINED_MEANS[level].format(user=_user())
+    if allow_unsafe:
+        _log.warning("code sandbox at %r (--allow-unsafe-sandbox): %s", level, means)
+        return level
+    how = (
+        "RESEARCH_AGENT_SANDBOX chose it"
+        if os.environ.get("RESEARCH_AGENT_SANDBOX")
+        else "it is the strongest level that works here"
+    )
+    raise UnsafeSandboxError(
+        f"the code sandbox would run model-written code at level {level!r} ({how}), which does not contain"
+        f" it: {means}. Refusing to start. To contain it, install util-linux `unshare` and run as root, or"
+        " enable unprivileged user namespaces; to run it anyway, pass --allow-unsafe-sandbox."
+    )
 
 
 def run_python(
