@@ -18,14 +18,22 @@ page is open).  Errors are ``{"error": <exception type>, "message": ...}`` with 
 documents/pages and 400 for everything else the caller got wrong; ``RemoteBrowser`` raises the same
 ``BrowserError`` subclass the in-process browser would have raised.  There is no authentication:
 bind to loopback (the default) or a trusted network only.
+
+``BoundedHTTPServer`` (also behind ``research_agent.serve``) keeps a slow, idle or greedy client from
+exhausting the server: a bounded worker pool, a listen backlog of 1024 (the stdlib's 5 reset 171 of
+200 simultaneous clients), a deadline for receiving each request and a body size limit (413).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import math
+import socket
 import sys
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,6 +52,10 @@ from corpus.browser import (
 MAX_BODY_BYTES = 1 << 20
 MAX_SESSION_ID = 128
 DEFAULT_MAX_SESSIONS = 256
+READ_TIMEOUT_S = 5.0  # a connection must deliver each request within this long, or it is dropped
+MAX_WORKERS = 256  # connections served at once; the rest wait in the listen backlog
+LISTEN_BACKLOG = 1024
+LINGER_S = 1.0  # after refusing a body, how long to read what the client still sends
 
 
 class ServiceUnavailable(BrowserError):
@@ -56,6 +68,163 @@ class RemoteError(BrowserError):
 
 class BadRequest(Exception):
     """A request the service cannot parse: 400 with a message saying which field is wrong."""
+
+
+# --- bounded HTTP server (shared with research_agent.serve) ------------------------------------
+class RequestRefused(Exception):
+    """The HTTP request itself is refused (body too large, not received in time): ``status`` says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's input that raises ``TimeoutError`` once ``deadline`` (``time.monotonic``) has passed,
+    however slowly the bytes trickle in: a per-read timeout alone lets a client that sends one byte
+    every few seconds hold a worker forever."""
+
+    def __init__(self, sock: socket.socket, io_timeout: float):
+        self.sock, self.io_timeout, self.deadline = sock, io_timeout, math.inf
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request was not received in time")
+        self.sock.settimeout(min(left, self.io_timeout))
+        try:
+            return self.sock.recv_into(buf)
+        finally:
+            self.sock.settimeout(self.io_timeout)  # writes keep the plain timeout
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer a slow, idle or greedy client cannot exhaust.
+
+    At most ``max_workers`` connections are served at once; further ones wait in the kernel's listen
+    backlog (``request_queue_size``).  A connection must deliver each request (line, headers, body)
+    within ``read_timeout_s`` of the server starting to wait for it, so an idle keep-alive connection,
+    or one trickling bytes, frees its worker after that long.  Handlers derive from ``BoundedHandler``.
+    """
+
+    daemon_threads = True  # a stuck client connection must not keep the process alive
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BoundedHandler],
+        *,
+        max_workers: int = MAX_WORKERS,
+        read_timeout_s: float = READ_TIMEOUT_S,
+    ):
+        if max_workers < 1 or not read_timeout_s > 0:
+            raise ValueError(
+                f"need max_workers >= 1 and read_timeout_s > 0, not {max_workers}, {read_timeout_s}"
+            )
+        self.read_timeout_s = read_timeout_s
+        self._workers = threading.BoundedSemaphore(max_workers)
+        self._closing = threading.Event()
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        while not self._workers.acquire(timeout=0.5):  # all busy: the accept loop waits, clients queue
+            if self._closing.is_set():
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._workers.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._workers.release()
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a client gone is routine
+            super().handle_error(request, client_address)
+
+    def shutdown(self) -> None:
+        self._closing.set()
+        super().shutdown()
+
+
+class BoundedHandler(BaseHTTPRequestHandler):
+    """Request handler for ``BoundedHTTPServer``: reads bodies through ``read_body`` (at most
+    ``max_body_bytes``) and answers refusals with ``refuse``; subclasses define ``reply_error``."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive: a rollout worker makes thousands of small calls
+    disable_nagle_algorithm = True  # headers and body go out as two writes: Nagle + delayed ACK = +40 ms
+    max_body_bytes = MAX_BODY_BYTES
+    server: BoundedHTTPServer
+
+    def reply_error(self, status: int, message: str) -> None:
+        raise NotImplementedError
+
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout_s  # the socket's timeout for writes (and each read)
+        super().setup()
+        self.rfile.close()
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self.timeout))
+
+    def handle_one_request(self) -> None:
+        self.rfile.raw.deadline = time.monotonic() + self.server.read_timeout_s
+        super().handle_one_request()  # a TimeoutError there closes the connection
+
+    def handle_expect_100(self) -> bool:
+        try:
+            self._declared_length()
+        except RequestRefused as e:  # refused before the client sends the body
+            self.refuse(e, linger=False)
+            return False
+        return super().handle_expect_100()
+
+    def _declared_length(self) -> int:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            raise RequestRefused(411, "send the body with a Content-Length (chunked bodies are not accepted)")
+        length = self.headers.get("Content-Length", "0").strip()
+        if not length.isdigit():
+            raise RequestRefused(400, f"Content-Length must be a number, not {length[:40]!r}")
+        if int(length) > self.max_body_bytes:
+            raise RequestRefused(
+                413, f"the body has {int(length)} bytes; this server takes at most {self.max_body_bytes}"
+            )
+        return int(length)
+
+    def read_body(self) -> bytes:
+        """The request's body; ``RequestRefused`` (411, 413, 408, 400) when it cannot be taken."""
+        length = self._declared_length()
+        try:
+            data = self.rfile.read(length)
+        except TimeoutError:
+            raise RequestRefused(
+                408, f"the request did not arrive within {self.server.read_timeout_s:g} s"
+            ) from None
+        if len(data) < length:
+            raise RequestRefused(400, f"the body ended after {len(data)} of {length} bytes")
+        return data
+
+    def refuse(self, e: RequestRefused, linger: bool = True) -> None:
+        """Answer ``e`` and close the connection.  After a 413 the client may still be sending the body:
+        read and drop it for a moment (a lingering close), so the client gets the answer, not a reset."""
+        self.close_connection = True
+        try:
+            self.reply_error(e.status, str(e))
+            if linger and e.status == 413:
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_WR)
+                self.rfile.raw.deadline = time.monotonic() + LINGER_S
+                while self.rfile.read1(1 << 16):
+                    pass
+        except OSError:  # the client left, or kept sending past the linger time
+            pass
 
 
 # --- server ------------------------------------------------------------------------------------
@@ -95,11 +264,9 @@ class SessionPool:
             return len(self._sessions)
 
 
-class RetrievalServer(ThreadingHTTPServer):
-    daemon_threads = True  # a stuck client connection must not keep the process alive
-
-    def __init__(self, address: tuple[str, int], browser: Any, max_sessions: int):
-        super().__init__(address, RetrievalHandler)
+class RetrievalServer(BoundedHTTPServer):
+    def __init__(self, address: tuple[str, int], browser: Any, max_sessions: int, **bounds: Any):
+        super().__init__(address, RetrievalHandler, **bounds)
         self.browser = browser
         self.sessions = SessionPool(browser, max_sessions)
 
@@ -125,12 +292,11 @@ def _session_id(body: dict[str, Any]) -> str:
     return session
 
 
-class RetrievalHandler(BaseHTTPRequestHandler):
+class RetrievalHandler(BoundedHandler):
     """Routes JSON requests to the shared browser (search, chunk) or the session's fork (open, find)."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive: a rollout worker makes thousands of small calls
-    disable_nagle_algorithm = True  # headers and body go out as two writes: Nagle + delayed ACK = +40 ms
     server: RetrievalServer
+    _REFUSALS = {400: "BadRequest", 408: "RequestTimeout", 411: "LengthRequired", 413: "PayloadTooLarge"}
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # one line per request would drown the trainer's output
@@ -160,6 +326,8 @@ class RetrievalHandler(BaseHTTPRequestHandler):
             if route is None:
                 return self._reply(404, {"error": "NotFound", "message": f"no endpoint POST {self.path}"})
             self._reply(200, route(body))
+        except RequestRefused as e:
+            self.refuse(e)
         except BadRequest as e:
             self._reply(400, {"error": "BadRequest", "message": str(e)})
         except (DocumentNotFound, PageOutOfRange) as e:
@@ -170,11 +338,7 @@ class RetrievalHandler(BaseHTTPRequestHandler):
             self._reply(500, {"error": "InternalError", "message": f"{type(e).__name__}: {e}"})
 
     def _body(self) -> dict[str, Any]:
-        length = self.headers.get("Content-Length", "0")
-        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            self.close_connection = True  # the rest of the stream cannot be trusted
-            raise BadRequest(f"Content-Length must be a number up to {MAX_BODY_BYTES}")
-        raw = self.rfile.read(int(length))
+        raw = self.read_body()
         try:
             body = json.loads(raw or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -207,12 +371,17 @@ class RetrievalHandler(BaseHTTPRequestHandler):
     def _close(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"closed": self.server.sessions.close(_session_id(body))}
 
+    def reply_error(self, status: int, message: str) -> None:
+        self._reply(status, {"error": self._REFUSALS.get(status, "BadRequest"), "message": message})
+
     def _reply(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
@@ -220,19 +389,32 @@ class RetrievalHandler(BaseHTTPRequestHandler):
 
 
 def make_server(
-    browser: Any, host: str = "127.0.0.1", port: int = 0, max_sessions: int = DEFAULT_MAX_SESSIONS
+    browser: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    *,
+    max_workers: int = MAX_WORKERS,
+    read_timeout_s: float = READ_TIMEOUT_S,
 ) -> RetrievalServer:
-    """A ready (not yet serving) server; call ``serve_forever()`` in a thread or the main loop."""
+    """A ready (not yet serving) server; call ``serve_forever()`` in a thread or the main loop.
+
+    ``max_workers`` connections are served at once (the rest wait in the backlog); a connection that
+    does not deliver a whole request within ``read_timeout_s`` is dropped."""
     if not callable(getattr(browser, "fork", None)):
         raise TypeError(f"{type(browser).__name__} has no fork(): the service needs one browser per session")
-    return RetrievalServer((host, port), browser, max_sessions)
+    return RetrievalServer(
+        (host, port), browser, max_sessions, max_workers=max_workers, read_timeout_s=read_timeout_s
+    )
 
 
-def serve(dir: str | Path, host: str = "127.0.0.1", port: int = 8765, retriever: str = "hybrid") -> None:
-    """Open the corpus in ``dir`` and serve it until interrupted."""
+def serve(
+    dir: str | Path, host: str = "127.0.0.1", port: int = 8765, retriever: str = "hybrid", **bounds: Any
+) -> None:
+    """Open the corpus in ``dir`` and serve it until interrupted (``bounds``: see ``make_server``)."""
     from corpus import open_corpus
 
-    server = make_server(open_corpus(dir, retriever=retriever), host, port)
+    server = make_server(open_corpus(dir, retriever=retriever), host, port, **bounds)
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {host} without authentication", file=sys.stderr)
     print(f"serving {dir} ({retriever}) at {server.url}  (Ctrl-C stops)", file=sys.stderr, flush=True)
@@ -252,8 +434,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--retriever", default="hybrid", help="retriever of the corpus (e.g. bm25, dense, hybrid)"
     )
+    parser.add_argument(
+        "--max-workers",
+        type=int,
+        default=MAX_WORKERS,
+        help="connections served at once; more wait in the listen backlog (each keep-alive client holds one)",
+    )
+    parser.add_argument(
+        "--read-timeout-s",
+        type=float,
+        default=READ_TIMEOUT_S,
+        help="a connection must deliver each request within this long (idle keep-alive ones are dropped)",
+    )
     args = parser.parse_args(argv)
-    serve(args.dir, args.host, args.port, args.retriever)
+    if args.max_workers < 1 or not args.read_timeout_s > 0:
+        parser.error("--max-workers must be >= 1 and --read-timeout-s > 0")
+    serve(
+        args.dir,
+        args.host,
+        args.port,
+        args.retriever,
+        max_workers=args.max_workers,
+        read_timeout_s=args.read_timeout_s,
+    )
     return 0
 
 
@@ -315,7 +518,14 @@ class RemoteBrowser:
             http = self._local.http = requests.Session()
             http.trust_env = False  # a proxy from the environment must not intercept a loopback service
         try:
-            resp = http.request(method, self.url + path, json=body, timeout=self.timeout_s)
+            try:
+                resp = http.request(method, self.url + path, json=body, timeout=self.timeout_s)
+            except requests.ConnectionError as e:
+                if isinstance(e, requests.Timeout):
+                    raise
+                # the server drops idle keep-alive connections; one that closed just as this call
+                # went out is retried once on a new connection (every endpoint is idempotent)
+                resp = http.request(method, self.url + path, json=body, timeout=self.timeout_s)
         except requests.RequestException as e:
             raise ServiceUnavailable(
                 f"retrieval service at {self.url} is not reachable ({type(e).__name__}: {e}); "

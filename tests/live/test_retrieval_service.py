@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -122,14 +125,17 @@ def test_remote_answers_as_in_process(local_browser, service):
         remote.search("")
 
 
-def test_concurrent_clients_get_their_own_sessions(corpus_dir):
-    """8 clients × 200 requests; each client's open/find must see its own document.
-
-    BM25 keeps this load test fast on two cores; the hybrid retriever is checked concurrently above.
-    """
+@pytest.fixture(scope="module")
+def bm25_browser(corpus_dir):
+    """BM25 keeps the load tests fast on two cores; the hybrid retriever is checked concurrently above."""
     from corpus import open_corpus
 
-    local = open_corpus(corpus_dir, retriever="bm25")
+    return open_corpus(corpus_dir, retriever="bm25")
+
+
+def test_concurrent_clients_get_their_own_sessions(bm25_browser):
+    """8 clients × 200 requests; each client's open/find must see its own document."""
+    local = bm25_browser
     expected = {q: script(local.fork(), q) for q in QUERIES}
     calls_per_script = 10
     server = serving(local)
@@ -225,3 +231,134 @@ def test_unreachable_service_is_a_clear_error():
         RemoteBrowser(url, timeout_s=2).search("lava")
     with pytest.raises(TypeError, match="fork"):
         make_server(object())
+
+
+# --- bounds: backlog, worker pool, read deadline, body size ------------------------------------
+def _post_raw(url: str, path: str, body: bytes, timeout: float = 20) -> tuple[int, dict]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def test_200_simultaneous_clients_are_all_answered(bm25_browser):
+    """The stdlib's listen backlog of 5 reset 171 of 200 clients connecting at once; none now."""
+    server = serving(bm25_browser)
+    n, errors, statuses = 200, [], []
+    start = threading.Barrier(n, timeout=20)
+    body = json.dumps({"query": "lava basalt", "k": 3}).encode()
+
+    def client() -> None:
+        start.wait()
+        try:
+            statuses.append(_post_raw(server.url, "/search", body)[0])
+        except Exception as e:  # noqa: BLE001 - counted, not raised in a thread
+            errors.append(f"{type(e).__name__}: {e}")
+
+    try:
+        threads = [threading.Thread(target=client) for _ in range(n)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert errors == [] and statuses == [200] * n
+        assert time.monotonic() - t0 < 20
+    finally:
+        stop(server)
+
+
+def _connect(server) -> socket.socket:
+    return socket.create_connection(server.server_address[:2], timeout=5)
+
+
+def _closed_after(sock: socket.socket) -> tuple[float, bytes]:
+    """Seconds until the server closes ``sock`` and what it sent before."""
+    t0, got = time.monotonic(), b""
+    while chunk := sock.recv(4096):
+        got += chunk
+    return time.monotonic() - t0, got
+
+
+def test_idle_and_trickling_connections_are_dropped_without_blocking_others(bm25_browser):
+    server = serving(bm25_browser, read_timeout_s=0.5, max_workers=4)
+    try:
+        idle = _connect(server)
+        slow = _connect(server)
+        slow.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n")
+
+        def trickle() -> None:  # a byte every 0.1 s: every read succeeds, the request never completes
+            for _ in range(30):
+                time.sleep(0.1)
+                try:
+                    slow.send(b" ")
+                except OSError:
+                    return
+
+        threading.Thread(target=trickle, daemon=True).start()
+        t0 = time.monotonic()
+        assert requests.get(f"{server.url}/health", timeout=5).status_code == 200
+        assert time.monotonic() - t0 < 0.3  # answered at once while the two hold on
+
+        waited, got = _closed_after(idle)
+        assert 0.2 < waited < 2 and got == b""  # dropped after the read timeout
+        waited, got = _closed_after(slow)
+        assert waited < 2 and b" 408 " in got.split(b"\r\n")[0] and b"RequestTimeout" in got
+
+        # every worker held by an idle connection: the next client waits only until they are dropped
+        held = [_connect(server) for _ in range(4)]
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        assert requests.get(f"{server.url}/health", timeout=5).status_code == 200
+        assert time.monotonic() - t0 < 2
+        for s in (idle, slow, *held):
+            s.close()
+    finally:
+        stop(server)
+
+
+def test_oversized_bodies_get_413_and_others_are_still_served(bm25_browser):
+    server = serving(bm25_browser)
+    try:
+        big = json.dumps({"query": "lava " * 300_000}).encode()  # 1.5 MB > MAX_BODY_BYTES
+        resp = requests.post(f"{server.url}/search", data=big, timeout=10)
+        assert resp.status_code == 413 and resp.json()["error"] == "PayloadTooLarge"
+        assert "at most 1048576" in resp.json()["message"]
+
+        # a client that announces a huge body and waits for "100 Continue" hears 413 before sending it
+        sock = _connect(server)
+        sock.sendall(
+            b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\nExpect: 100-continue\r\n\r\n"
+        )
+        t0 = time.monotonic()
+        _, got = _closed_after(sock)
+        assert b" 413 " in got.split(b"\r\n")[0] and time.monotonic() - t0 < 2
+        sock.close()
+
+        # one that just streams a huge body gets 413 too, while another client is answered at once
+        sock = _connect(server)
+        sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
+        sock.sendall(b"x" * 100_000)
+        t0 = time.monotonic()
+        assert RemoteBrowser(server.url).search("lava basalt")
+        assert time.monotonic() - t0 < 2
+        _, got = _closed_after(sock)
+        assert b" 413 " in got.split(b"\r\n")[0]
+        sock.close()
+    finally:
+        stop(server)
+
+
+def test_remote_browser_reconnects_after_the_server_drops_its_idle_connection(bm25_browser):
+    server = serving(bm25_browser, read_timeout_s=0.3)
+    try:
+        remote = RemoteBrowser(server.url)
+        first = remote.search("lava basalt")
+        time.sleep(0.6)  # the kept-alive connection is closed by the server meanwhile
+        assert remote.search("lava basalt") == first
+    finally:
+        stop(server)
