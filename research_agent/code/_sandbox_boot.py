@@ -62,6 +62,36 @@ def _remount_readonly(path, extra=0):
     _mount(None, path, None, flags)
 
 
+# Kernel filesystems, left as they are: their files are guarded by permissions, not by the mount.
+_KERNEL_DIRS = ("/proc", "/sys", "/dev")
+
+
+def _inside(path, dirs):
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def _mount_points():
+    """Every mount point in this mount namespace (field 5 of mountinfo, octal escapes undone)."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        fields = [line.split() for line in f]
+    unescape = lambda s: s.encode().decode("unicode_escape").encode("latin-1").decode()  # noqa: E731
+    return sorted({unescape(f[4]) for f in fields if len(f) > 4})
+
+
+def _remount_all_readonly(writable, exposed):
+    """Remount every mount read-only but the fresh ``writable`` ones and the kernel's: not only the
+    root, since another filesystem mounted under it (/home, /data, /work) would stay writable."""
+    keep = {
+        os.stat(path).st_dev for path in writable if os.path.isdir(path)
+    }  # by filesystem, not path: /tmp/venv is not /tmp
+    for path in _mount_points():
+        if _inside(path, _KERNEL_DIRS) or not os.path.exists(path):
+            continue  # the kernel's, or overmounted by a fresh or hiding tmpfs
+        if os.stat(path).st_dev in keep or os.statvfs(path).f_flag & 1:  # writable on purpose, or ST_RDONLY
+            continue
+        _remount_readonly(path, MS_NOSUID | MS_NODEV if path in exposed else 0)
+
+
 def _build_jail(payload):
     """Read-only root, hidden home dirs, fresh tmpfs for /tmp and /dev/shm, the Python environment put
     back read-only where it was; returns the workdir."""
@@ -80,12 +110,8 @@ def _build_jail(payload):
         os.makedirs(path, mode=0o755, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
-    # Everything else read-only: the root and the mounts under it that a program could write to.
-    _remount_readonly("/")
-    for _fd, path in held:
-        _remount_readonly(path, MS_NOSUID | MS_NODEV)
-    for path in hidden:
-        _remount_readonly(path)
+    # Everything else read-only: the root, every mount under it, the hiding tmpfs, the environment.
+    _remount_all_readonly(("/tmp", "/dev/shm"), set(payload["expose"]))
     workdir = "/tmp/work"
     os.mkdir(workdir, 0o700)
     return workdir

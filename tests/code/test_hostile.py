@@ -12,6 +12,10 @@ filesystem, pid namespace), and the destructive ones aim only at sacrificial fil
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +30,8 @@ from research_agent.code.sandbox import (
     isolation_level,
     run_python,
 )
+
+REPO = str(Path(__file__).resolve().parents[2])
 
 
 def _level() -> str:
@@ -133,6 +139,40 @@ def test_writing_outside_the_temp_dir_fails(sacrificial_dir: Path):
     assert "wrote []" in res.stdout
     for t in targets:
         assert not t.exists(), f"sandbox wrote {t}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a separate filesystem needs root")
+@pytest.mark.parametrize("level", CONTAINED_LEVELS)
+def test_other_mounted_filesystems_are_read_only_too(level: str):
+    """A world-writable dir on its own mount (as /home, /data or /work often are) stays unwritten:
+    read-only must hold for every mount, not only the root's."""
+    victim = Path(tempfile.mkdtemp(prefix="ra-hostile-mnt-", dir="/var/tmp"))
+    os.chmod(victim, 0o777)
+    target = victim / "pwned.txt"
+    program = f"open({str(target)!r}, 'w').write('pwned')"
+    driver = (
+        "from research_agent.code.sandbox import run_python\n"
+        f"res = run_python({program!r})\n"
+        "print(res.isolation, res.error)\n"
+    )
+    # the outer mount namespace makes `victim` a mount of its own, and keeps that mount off the host
+    shell = f'mount --bind {victim} {victim} && exec "$0" -c "$1"'
+    try:
+        out = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", shell, sys.executable, driver],
+            env={**os.environ, "RESEARCH_AGENT_SANDBOX": level, "PYTHONPATH": REPO},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+        if "does not work here" in out.stderr:
+            pytest.skip(f"{level} is not available here")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(level) and "Read-only file system" in out.stdout, out.stdout
+        assert not target.exists(), "the sandbox wrote to another mounted filesystem"
+    finally:
+        shutil.rmtree(victim, ignore_errors=True)
 
 
 def test_deleting_files_in_the_working_dir_spares_the_caller(sacrificial_dir: Path):
