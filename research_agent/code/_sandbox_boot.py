@@ -81,9 +81,8 @@ def _mount_points():
 def _remount_all_readonly(writable, exposed):
     """Remount every mount read-only but the fresh ``writable`` ones and the kernel's: not only the
     root, since another filesystem mounted under it (/home, /data, /work) would stay writable."""
-    keep = {
-        os.stat(path).st_dev for path in writable if os.path.isdir(path)
-    }  # by filesystem, not path: /tmp/venv is not /tmp
+    # recognised by filesystem, not by path: a virtualenv put back under /tmp is not /tmp
+    keep = {os.stat(path).st_dev for path in writable if os.path.isdir(path)}
     for path in _mount_points():
         if _inside(path, _KERNEL_DIRS) or not os.path.exists(path):
             continue  # the kernel's, or overmounted by a fresh or hiding tmpfs
@@ -117,6 +116,45 @@ def _build_jail(payload):
     return workdir
 
 
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _libc_call(name, *args):
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if getattr(_libc, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}{args[:2]} failed: {os.strerror(err)}")
+
+
+def _drop_capabilities():
+    """Leave root of the sandbox's user namespace without capabilities, now and after exec: else the
+    program could unmount the tmpfs that hides the home, or remount the filesystem read-write."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        _libc_call("prctl", PR_CAPBSET_DROP, cap, 0, 0, 0)
+    _libc_call("prctl", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    _libc_call("capset", ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), (_CapData * 2)())
+
+
 def _child(payload, workdir, script):
     lim = payload["limits"]
     os.close(payload["status_fd"])
@@ -133,6 +171,9 @@ def _child(payload, workdir, script):
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+    elif payload["mount"]:  # userns: root of its own namespace, with all of that namespace's capabilities
+        _drop_capabilities()
+    _libc_call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binary gives privileges back
     os.chdir(workdir)
     py = payload["python"]
     os.execve(py, [py, "-s", "-u", script], payload["env"])

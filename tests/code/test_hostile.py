@@ -221,6 +221,34 @@ def test_home_directory_is_hidden():
     assert "files []" in res.stdout
 
 
+@pytest.mark.parametrize("level", CONTAINED_LEVELS)
+def test_the_jail_cannot_be_undone(level: str):
+    """Unmounting the tmpfs that hides the home, or remounting / read-write, fails: directly (root of a
+    user namespace keeps no capabilities) and from a nested user namespace (its mounts are locked)."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    target = Path("/var/tmp") / f"ra-hostile-undo-{os.getpid()}"
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "def call(name, *a):\n"
+        "    return 'ok' if getattr(libc, name)(*a) == 0 else os.strerror(ctypes.get_errno())\n"
+        "def attack(tag):\n"
+        f"    print(tag, 'umount home', call('umount2', {home.encode()!r}, 2))\n"
+        "    print(tag, 'remount rw', call('mount', None, b'/', None, ctypes.c_ulong(4096 | 32), None))\n"
+        "    try:\n"
+        f"        open({str(target)!r}, 'w').write('pwned'); print(tag, 'write ok')\n"
+        "    except OSError as e:\n        print(tag, 'write', e.strerror)\n"
+        "attack('direct')\n"
+        "print('nested userns', call('unshare', 0x10000000 | 0x00020000))\n"
+        "attack('nested')\n"
+    )
+    if why := sandbox._probe(level):
+        pytest.skip(f"{level} is not available here: {why}")
+    res = sandbox._run(code, FAST, None, level)
+    assert res.ok, res
+    assert " ok" not in res.stdout.replace("nested userns ok", ""), res.stdout
+    assert not target.exists()
+
+
 def test_network_socket_cannot_connect():
     code = "import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('1.1.1.1', 80))\nprint('connected')\n"
     res = run_python(code, FAST)
