@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -115,3 +117,138 @@ def test_the_prefix_cache_budget_is_configurable_and_zero_turns_it_off(capsys):
     with pytest.raises(SystemExit):
         main(["--model", "smollm2-135m", "--prefix-cache-mb", "-1"])
     assert "--prefix-cache-mb must be >= 0" in capsys.readouterr().err
+
+
+# --- request bounds ------------------------------------------------------------------------------
+def _serving(policy, limits):
+    from research_agent.serve import make_server
+
+    srv = make_server(policy, "smollm2-135m", limits=limits)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def _refused(url, payload, code=400):
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _post(url, payload)
+    assert e.value.code == code
+    return json.loads(e.value.read())["error"]["message"]
+
+
+def _one_token_s(url) -> float:
+    t0 = time.monotonic()
+    assert len(_post(url + "/v1/completions", {"prompt": "Hi", "max_tokens": 1})["choices"]) == 1
+    return time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def bounded(smol):
+    from research_agent.serve import Limits
+
+    model, tok = smol
+    limits = Limits(max_body_bytes=2 << 20, max_completions=8, chunk_tokens=8, read_timeout_s=0.5,
+                    request_timeout_s=60)
+    srv = _serving(LocalPolicy(model, tok, "smollm2-135m"), limits)
+    yield srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_requests_past_the_bounds_are_refused_with_a_message(bounded):
+    _, url = bounded
+    cmpl = url + "/v1/completions"
+    too_long = _refused(cmpl, {"prompt": "hello " * 9000, "max_tokens": 8})  # smollm2: 8192 positions
+    assert "maximum context length is 8192" in too_long and "shorten the prompt" in too_long
+    assert "between 1 and 4096" in _refused(cmpl, {"prompt": "hi", "max_tokens": 4096 + 1})
+    assert "8192" in _refused(cmpl, {"prompt": [1] * 8000, "max_tokens": 500})  # token ids count alike
+    t0 = time.monotonic()
+    assert "more than" in _refused(cmpl, {"prompt": "word " * 300_000})  # 1.5 MB: only its head is tokenized
+    assert time.monotonic() - t0 < 2
+    assert "below" in _refused(cmpl, {"prompt": [10**9]})  # not a token id of this model
+    assert "at most 8 per request" in _refused(cmpl, {"prompt": ["a"] * 9, "max_tokens": 1})
+    assert "3 prompts × n=3" in _refused(cmpl, {"prompt": ["a", "b", "c"], "n": 3, "max_tokens": 1})
+    assert "n must be" in _refused(cmpl, {"prompt": "a", "n": 0})
+    assert "empty one" in _refused(cmpl, {"prompt": "a", "stop": [""]})
+    assert "empty one" in _refused(url + "/v1/chat/completions",
+                                   {"messages": [{"role": "user", "content": "Hi"}], "stop": ""})
+    assert "not supported" in _refused(cmpl, {"prompt": "a", "stream": True})
+    message = _refused(cmpl, {"prompt": "x" * (3 << 20)}, code=413)  # the body, over 2 MiB
+    assert "at most 2097152" in message
+
+
+def test_n_completions_per_prompt_in_prompt_order(bounded):
+    _, url = bounded
+    out = _post(url + "/v1/completions", {"prompt": ["The sky is", "Two plus two is"], "n": 3, "max_tokens": 4})
+    texts = [c["text"] for c in out["choices"]]
+    assert [c["index"] for c in out["choices"]] == list(range(6))
+    assert len(set(texts[:3])) == 1 and len(set(texts[3:])) == 1 and texts[0] != texts[3]  # greedy: n alike
+    assert out["usage"]["completion_tokens"] == 24
+    chat = _post(url + "/v1/chat/completions",
+                 {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "n": 2, "temperature": 1.0})
+    assert len(chat["choices"]) == 2 and all(c["message"]["role"] == "assistant" for c in chat["choices"])
+
+
+def test_chunked_generation_matches_one_call(bounded, smol):
+    """24 tokens in chunks of 8 are the tokens one call makes, also with a stop string across a chunk border."""
+    model, tok = smol
+    _, url = bounded
+    ids = tok.encode("The history of the telescope begins", add_special_tokens=False)
+    local = LocalPolicy(model, tok).generate([ids], max_new_tokens=24)[0]
+    remote = _post(url + "/v1/completions", {"prompt": [ids], "max_tokens": 24, "logprobs": 1})["choices"][0]
+    assert remote["text"] == local.text and remote["finish_reason"] == "length"
+    assert len(remote["logprobs"]["token_logprobs"]) == 24
+    g = local.token_ids
+    stop = tok.decode(g[:10])[len(tok.decode(g[:7])):]  # tokens 7-9: across the border at 8
+    expected = LocalPolicy(model, tok).generate([ids], max_new_tokens=24, stop=[stop])[0]
+    remote = _post(url + "/v1/completions", {"prompt": [ids], "max_tokens": 24, "stop": [stop]})["choices"][0]
+    assert expected.finish_reason == "stop" and remote["finish_reason"] == "stop"
+    assert remote["text"] + stop == expected.text
+
+
+def test_a_request_past_its_deadline_is_answered_504_and_stopped(smol):
+    from research_agent.policy import BatchingPolicy
+    from research_agent.serve import Limits
+
+    model, tok = smol
+    batched = BatchingPolicy(LocalPolicy(model, tok, "smollm2-135m"))
+    srv = _serving(batched, Limits(request_timeout_s=1.0, chunk_tokens=8))
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        t0 = time.monotonic()
+        message = _refused(url + "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 2000}, code=504)
+        assert "1 s" in message and time.monotonic() - t0 < 2.5
+        time.sleep(1.5)  # the chunk under way when the deadline passed finishes
+        calls = batched.calls
+        time.sleep(1.0)
+        assert batched.calls == calls  # no further chunk: the request is not left running
+        assert _one_token_s(url) < 2
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_idle_slow_and_oversized_clients_do_not_hold_up_others(bounded):
+    srv, url = bounded
+    address = srv.server_address[:2]
+    idle = socket.create_connection(address, timeout=5)
+    slow = socket.create_connection(address, timeout=5)
+    slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")  # and no more
+    huge = socket.create_connection(address, timeout=5)
+    huge.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
+    huge.sendall(b"x" * (1 << 20))
+    assert _one_token_s(url) < 2  # while all three hold on
+    for sock, status in ((idle, None), (slow, b"408"), (huge, b"413")):
+        t0, got = time.monotonic(), b""
+        while chunk := sock.recv(4096):
+            got += chunk
+        assert time.monotonic() - t0 < 2  # closed by the server (read timeout 0.5 s)
+        assert got == b"" if status is None else got.split(b" ")[1] == status
+        sock.close()
+
+
+def test_limits_are_checked_before_the_model_loads(capsys):
+    from research_agent.serve import main
+
+    with pytest.raises(SystemExit):
+        main(["--model", "smollm2-135m", "--request-timeout-s", "0"])
+    assert "--request-timeout-s must be > 0" in capsys.readouterr().err
