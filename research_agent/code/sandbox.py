@@ -14,9 +14,10 @@ directory or mounts a fresh ``/tmp`` over it.
 
 Isolation levels, strongest first (``isolation_level()`` probes once and caches):
 
-- ``namespaces+uid``: root with util-linux ``unshare``: pid+net+mount namespaces, read-only root,
-  hidden home, fresh tmpfs /tmp, unprivileged uid. No network, no view of other processes.
-- ``userns``: non-root with unprivileged user namespaces: the same namespaces and mounts, own uid.
+- ``namespaces+uid``: root with util-linux ``unshare``: pid+net+mount namespaces, every mount
+  read-only, hidden home, fresh tmpfs /tmp, unprivileged uid. No network, no view of other processes.
+- ``userns``: non-root with unprivileged user namespaces: the same namespaces and mounts, own uid
+  (root of its user namespace with every capability dropped, so it cannot undo the mounts).
 - ``uid``: root without namespaces: unprivileged uid and rlimits; network is NOT blocked, and
   Python installed under a private (0700) directory such as a home cannot start.
 - ``rlimits``: rlimits, a process group and a temp dir only. The program runs as the caller's
