@@ -46,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from research_agent.tasks import get_task_type
     from research_agent.train import batching
     from research_agent.train.algorithms import group_advantages
     from research_agent.train.config import TrainConfig
     from research_agent.train.rl import policy_update, setup_lora
-    from research_agent.train.task_types import group_items, load_tasks, make_browser, run_rollouts
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -61,10 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = setup_lora(cfg, progress=False)
     from research_agent.policy import LocalPolicy
 
-    items = load_tasks(cfg)[: args.prompts]
-    batch = [it for task in items for it in group_items(task, 0, cfg)]
+    tasks = get_task_type(cfg.task_type)
+    items = tasks.load_tasks(cfg)[: args.prompts]
+    batch = [it for task in items for it in tasks.group_items(task, 0, cfg)]
     t0 = time.perf_counter()
-    trajs = run_rollouts(batch, LocalPolicy(model, tok), make_browser(cfg), cfg)
+    trajs = tasks.run_rollouts(batch, LocalPolicy(model, tok), tasks.make_browser(cfg), cfg)
     print(f"rollouts: {len(trajs)} trajectories in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     adv = group_advantages([float(len(t.token_ids) % 3) for t in trajs], args.group, "grpo")  # any non-zero
     chosen = [i for i, t in enumerate(trajs) if any(t.token_mask)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from corpus.build import add_documents, build_corpus
 from corpus.documents import Chunk, Document
@@ -42,7 +43,7 @@ def default_corpus_dir() -> Path:
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser()
-    from corpus.packages import cache_dir
+    from corpus.files import cache_dir
 
     return cache_dir() / "corpora" / "default"
 
@@ -58,6 +59,29 @@ def _build_default(path: Path) -> None:
             flush=True,
         )
         build_corpus(out=path, preset="default", progress=True)
+
+
+BACKENDS = ("local", "live", "remote")
+
+
+def open_browser(backend: str = "local", *, corpus: str | Path | None = None, retrieval_url: str | None = None,
+                 retriever: str = "hybrid", record_dir: str | None = None, replay_dir: str | None = None) -> Any:
+    """The one place a ``Browser`` is chosen: a local corpus (``corpus``; None = the default corpus),
+    a retrieval service (``retrieval_url``, or backend "remote"), or the live web (Tavily +
+    trafilatura; ``record_dir`` / ``replay_dir`` record or replay its responses)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if backend == "live":
+        from corpus.live import LiveBrowser
+
+        return LiveBrowser.from_env(record_dir=record_dir, replay_dir=replay_dir)
+    if backend == "remote" or retrieval_url:
+        if not retrieval_url:
+            raise ValueError("the remote backend needs a retrieval URL (python -m corpus serve prints it)")
+        from corpus.service import RemoteBrowser
+
+        return RemoteBrowser(retrieval_url)
+    return open_corpus(corpus, retriever=retriever)
 
 
 def open_corpus(

@@ -474,7 +474,7 @@ class LiveBrowser:
 
         The disk cache defaults to ``<research-agent cache>/live`` so repeated runs do not pay twice.
         """
-        from corpus.packages import cache_dir
+        from corpus.files import cache_dir
 
         api_key = kw.pop("api_key", None) or os.environ.get("TAVILY_API_KEY") or None
         if api_key is None and kw.get("replay_dir") is None:

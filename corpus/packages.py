@@ -17,19 +17,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from corpus.files import atomic_write_text, cache_dir  # noqa: F401 - where they used to live
+
 
 class FetchError(RuntimeError):
     """A data package could not be fetched, unpacked or verified."""
-
-
-def cache_dir() -> Path:
-    """The per-user cache (override with RESEARCH_AGENT_CACHE)."""
-    root = os.environ.get("RESEARCH_AGENT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "research-agent"
-    )
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -104,18 +96,3 @@ def verify(path: Path, sha256: str | None, what: str) -> Path:
     return path
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write via a temp file and rename, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

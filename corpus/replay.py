@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from corpus.packages import atomic_write_text
+from corpus.files import atomic_write_text
 
 FORMAT_VERSION = 1
 

@@ -2,11 +2,6 @@
 
 import sys
 
-if len(sys.argv) > 1 and sys.argv[1] == "code":
-    from eval.code import main as code_main
-
-    sys.exit(code_main(sys.argv[2:]))
-
-from eval.cli import main  # noqa: E402
+from eval.cli import main
 
 sys.exit(main())

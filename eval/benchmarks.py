@@ -223,7 +223,7 @@ def _factbook_split(split: str) -> Callable[..., tuple[list[dict], CorpusSpec]]:
     """The trainer's task file restricted to one split: the held-out sets of every training result."""
 
     def load(path: Path | None = None) -> tuple[list[dict], CorpusSpec]:
-        from research_agent.train.task_types import default_task_file
+        from research_agent.tasks import default_task_file
 
         items, spec = load_jsonl(Path(path or default_task_file()))
         return [it for it in items if it.get("split") == split], spec

@@ -11,7 +11,6 @@ Agent settings are the fields of ``AgentConfig``; set any of them with ``--set n
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -20,30 +19,26 @@ from typing import Any
 
 from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
 from eval.rundir import RunDirError
+from research_agent.configs import ConfigError, add_flags, build, flag_values, parse_pairs
+
+# Settings every command spells the same way (``ask``, ``synth``, ``train`` have these flags too).
+COMMON_FLAGS = ("context", "max_turns", "max_tool_calls", "max_new_tokens")
 
 
-def agent_config(pairs: list[str]) -> Any:
-    """AgentConfig with ``name=value`` overrides, each value parsed as its field's type."""
+def agent_config(pairs: list[str], flags: dict[str, Any] | None = None) -> Any:
+    """AgentConfig from ``name=value`` overrides and common flags, each value parsed as its field's type."""
     from research_agent.agent import AgentConfig
 
-    fields = {f.name: f for f in dataclasses.fields(AgentConfig)}
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or name not in fields:
-            raise SystemExit(f"--set expects name=value with name one of: {', '.join(fields)} (got {pair!r})")
-        kind = type(fields[name].default)
-        if kind is bool:
-            values[name] = raw.lower() in ("1", "true", "yes", "on")
-        else:
-            try:
-                values[name] = kind(raw)
-            except ValueError as e:
-                raise SystemExit(f"--set {name}: {raw!r} is not a valid {kind.__name__}") from e
     try:
-        return AgentConfig(**values)
-    except ValueError as e:  # a combination of fields the agent refuses
-        raise SystemExit(f"--set: {e}") from e
+        return build(AgentConfig, {**parse_pairs(pairs), **(flags or {})})
+    except ConfigError as e:
+        raise SystemExit(f"--set: {e}") from None
+
+
+def _common(args: argparse.Namespace) -> dict[str, Any]:
+    from research_agent.agent import AgentConfig
+
+    return {k: v for k, v in flag_values(args, AgentConfig).items() if k in COMMON_FLAGS}
 
 
 def _add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -70,6 +65,9 @@ def _add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="override an AgentConfig field"
     )
+    from research_agent.agent import AgentConfig
+
+    add_flags(p, AgentConfig, only=COMMON_FLAGS)
     p.add_argument(
         "--concurrency", type=int, default=8, help="trajectories in flight at once (batched policy)"
     )
@@ -174,7 +172,7 @@ def cmd_qa(args: argparse.Namespace) -> int:
     from research_agent.policy import load_policy
 
     items, spec = _load_items(args)
-    config = agent_config(args.set)
+    config = agent_config(args.set, _common(args))
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint)
     info = {**_run_info(args), "model": args.model, "adapter": args.adapter, "endpoint": args.endpoint}
@@ -234,7 +232,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
     train_dir = Path(args.train_dir)
     items, spec = _load_items(args)
-    config = agent_config(args.set)
+    config = agent_config(args.set, _common(args))
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     model = args.model or _training_model(train_dir)
     out = Path(args.out) if args.out else train_dir / "heldout"
@@ -263,6 +261,11 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["code"]:  # the code-agent eval has its own parser (eval/code.py)
+        from eval.code import main as code_main
+
+        return code_main(argv[1:])
     args = build_parser().parse_args(argv)
     commands = {"qa": cmd_qa, "compare": cmd_compare, "checkpoints": cmd_checkpoints}
     try:

@@ -47,6 +47,8 @@ from eval.rundir import (
 from research_agent.code.agent import CodeAgentConfig, run_code_batch
 from research_agent.code.apidocs import api_docs_browser, api_docs_dir
 from research_agent.code.env import MODES
+from research_agent.code.sandbox import SandboxError, require_contained
+from research_agent.configs import ConfigError, add_flags, build, flag_values, parse_pairs
 from research_agent.trajectory import Trajectory
 
 LABELS = {"no-tools": "No tools", "code-only": "Code only", "multi-tool": "Multi-tool"}
@@ -175,7 +177,7 @@ def compare_code_runs(entries: list[str], out_dir: str | Path) -> str:
     Runs on different task sets or different numbers of tasks are still drawn, with a warning: their
     pass rates are not comparable.
     """
-    from corpus.packages import atomic_write_text
+    from corpus.files import atomic_write_text
 
     rows: dict[str, dict[str, Any]] = {}
     seen: set[tuple[Any, Any]] = set()
@@ -394,7 +396,7 @@ def write_summary(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """OUT/results.json (every mode's metrics), table.md and pass_at_1.png from per-mode metrics."""
-    from corpus.packages import atomic_write_text
+    from corpus.files import atomic_write_text
     from eval.runner import versions
 
     modes = [m for m in MODES if m in per_mode]
@@ -433,7 +435,7 @@ def rescore_mode(mode_dir: Path, *, progress: bool = True) -> dict[str, Any]:
     """
     from tqdm import tqdm
 
-    from corpus.packages import atomic_write_text
+    from corpus.files import atomic_write_text
     from research_agent.code.tasks import load_tasks, run_tests, sanitized_away
 
     run = read_json(mode_dir / RUN, "not a mode directory of `python -m eval code`")
@@ -488,25 +490,19 @@ def rescore(out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
 
 
 # ---- CLI --------------------------------------------------------------------------------------
-def config_from_pairs(pairs: list[str]) -> CodeAgentConfig:
-    """CodeAgentConfig with ``name=value`` overrides, each parsed as its field's type (mode is --mode)."""
-    fields = {f.name: f for f in dataclasses.fields(CodeAgentConfig) if f.name != "mode"}
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or name not in fields:
-            raise SystemExit(f"--set expects name=value with name one of: {', '.join(fields)} (got {pair!r})")
-        kind = type(fields[name].default)
-        if kind is bool:  # bool("false") is True
-            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise SystemExit(f"--set {name}: {raw!r} is not true or false")
-            values[name] = raw.lower() in ("true", "1", "yes")
-            continue
-        try:
-            values[name] = kind(raw)
-        except ValueError as e:
-            raise SystemExit(f"--set {name}: {raw!r} is not a valid {kind.__name__}") from e
-    return CodeAgentConfig(**values)
+COMMON_FLAGS = ("max_turns", "max_tool_calls", "max_new_tokens")  # spelled as in ask, synth, train, eval qa
+
+
+def config_from_pairs(pairs: list[str], flags: dict[str, Any] | None = None) -> CodeAgentConfig:
+    """CodeAgentConfig from ``name=value`` overrides and common flags, each parsed as its field's type
+    (mode is --mode)."""
+    try:
+        values = {**parse_pairs(pairs), **(flags or {})}
+        if "mode" in values:
+            raise ConfigError("the mode is set with --mode")
+        return build(CodeAgentConfig, values)
+    except ConfigError as e:
+        raise SystemExit(f"--set: {e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -533,7 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="output directory (an interrupted run there is resumed)")
     p.add_argument("--rl-run", default=None, help="an `eval code --adapter` output: adds the after-RL bar")
-    p.add_argument("--docs", default=None, help="API-docs corpus directory (default: the cached one)")
+    p.add_argument("--corpus", "--docs", dest="docs", default=None,
+                   help="API-docs corpus directory (default: the cached one)")
     p.add_argument(
         "--docs-modules",
         default=None,
@@ -547,6 +544,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="override a CodeAgentConfig field (max_turns, max_new_tokens, ...)",
     )
+    add_flags(p, CodeAgentConfig, only=COMMON_FLAGS)
+    p.add_argument("--allow-unsafe-sandbox", action="store_true",
+                   help="run model-written code even where the sandbox cannot contain it (docs/security.md); "
+                        "without it, an uncontained level is refused before anything runs")
     p.add_argument(
         "--concurrency", type=int, default=8, help="trajectories in flight at once (batched policy)"
     )
@@ -591,6 +592,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     modes = list(MODES) if args.mode == "all" else [args.mode]
     try:
+        if not args.compare:  # everything else runs model-written code: refuse an uncontained sandbox
+            level = require_contained(args.allow_unsafe_sandbox)
+            if not args.quiet:
+                print(f"code sandbox: {level}", file=sys.stderr)
         if args.rescore:
             summary = rescore(args.out, progress=not args.quiet)
             print(summary["table"])
@@ -599,7 +604,8 @@ def main(argv: list[str] | None = None) -> int:
             print(compare_code_runs(args.compare, args.out))
             print(f"results: {Path(args.out) / TABLE}, {Path(args.out) / PLOT}", file=sys.stderr)
             return 0
-        config = config_from_pairs(args.set)
+        flags = {k: v for k, v in flag_values(args, CodeAgentConfig).items() if k in COMMON_FLAGS}
+        config = config_from_pairs(args.set, flags)
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1")
         tasks = select_ids(load_tasks(args.tasks, limit=args.limit), args.ids)
@@ -645,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     except EvalStopped as e:
         print(str(e), file=sys.stderr)
         return 130
-    except (RunDirError, TaskSourceError, CorpusError, ValueError, FileNotFoundError) as e:
+    except (RunDirError, TaskSourceError, CorpusError, ValueError, FileNotFoundError, SandboxError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary["table"])

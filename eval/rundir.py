@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from corpus.packages import atomic_write_text
+from corpus.files import atomic_write_text
 from research_agent.trajectory import Trajectory
 
 RUN_SCHEMA = 1

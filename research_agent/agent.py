@@ -1,23 +1,20 @@
-"""The research agent: one LangGraph graph for ``ask``, synthesis, evaluation and RL rollouts.
+"""The research agent: the environment of search / open / find / answer, for ``ask``, synthesis,
+evaluation and RL rollouts.
 
-policy → (search | open | find) → policy → ... → answer.  Each node is a small function that
-returns a ``Command`` naming the next node, so the possible transitions are in the type.  The
-trajectory is one token stream (prompt, then model tokens interleaved with observation tokens),
-which is exactly what the trainer masks and what the next turn's prompt is: no re-rendering, no
-drift between what the model saw and what it is trained on.  With ``context="managed"`` each step's
-prompt is instead rebuilt from the question, the model's notes and the last result (``context.py``)
-and stored on the step, so the trainer still sees exactly what the model saw.
+The loop itself (``loop.py``) is shared with the code agent; this module says what a research turn
+means.  In full context the trajectory is one token stream (prompt, then model tokens interleaved
+with observation tokens), which is exactly what the trainer masks and what the next turn's prompt
+is: no re-rendering, no drift between what the model saw and what it is trained on.  With
+``context="managed"`` each step's prompt is instead rebuilt from the question, the model's notes and
+the last result (``context.py``) and stored on the step, so the trainer still sees exactly what the
+model saw.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypedDict
-
-from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command
+from typing import Any
 
 from corpus.browser import Browser, BrowserError
 
@@ -25,6 +22,8 @@ from . import prompts
 from .actions import Action, parse_action
 from .citations import check_citations
 from .context import managed_prompt, strip_notes, written_notes
+from .loop import chat_prompt_ids, run_episode, run_episodes
+from .policy import Generation
 from .trajectory import Step, Trajectory
 
 
@@ -49,6 +48,14 @@ class AgentConfig:
                               "tokens, so they cannot crowd out the evidence"})
 
     def __post_init__(self):
+        for name in ("max_turns", "max_new_tokens", "max_total_tokens", "search_k", "observation_tokens",
+                     "snippet_chars", "context_tokens", "notes_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.max_tool_calls < 0 or self.temperature < 0:
+            raise ValueError("max_tool_calls and temperature must not be negative")
+        if self.template not in prompts.TEMPLATES:
+            raise ValueError(f"template must be one of {prompts.TEMPLATES}, not {self.template!r}")
         if self.context not in prompts.CONTEXTS:
             raise ValueError(f"context must be one of {prompts.CONTEXTS}, not {self.context!r}")
         if self.context == "managed" and self.context_tokens <= self.max_new_tokens:
@@ -72,56 +79,79 @@ class AgentConfig:
 MANAGED_ONLY = ("context", "context_tokens", "notes_tokens")
 
 
-class AgentState(TypedDict):
-    traj: Trajectory
-    pending: Action | None
+class ResearchEnvironment:
+    """One question's episode: search / open / find over a ``Browser``, then a cited answer.
 
+    Implements ``loop.Environment``; the loop owns the limits, the generation call and the
+    token stream, this class owns what the research agent's turns mean.
+    """
 
-def _now() -> float:
-    return time.perf_counter()
+    stop_strings = prompts.STOP_STRINGS
+    stop_loops = False  # the research turns are short (48-96 tokens); a loop costs little
 
-
-class ResearchAgent:
-    """Holds the policy, the browser and the compiled graph; ``run`` answers one question."""
-
-    def __init__(self, policy, browser: Browser, config: AgentConfig | None = None,
-                 on_step: Callable[[Trajectory, Step], None] | None = None):
-        self.policy = policy
+    def __init__(self, tokenizer, browser: Browser, config: AgentConfig, question: str, *, id: str = "",
+                 gold: dict | None = None, guidance: str = "", model: str = ""):
+        self.tokenizer = tokenizer
         self.browser = browser
-        self.config = config or AgentConfig()
-        self.tok = policy.tokenizer
-        self.on_step = on_step
-        self.graph = self._build()
+        self.config = config
+        self.question, self.id, self.gold, self.guidance, self.model = question, id, dict(gold or {}), guidance, model
 
-    # ---- the graph ------------------------------------------------------------------------------
-    def _build(self):
-        g = StateGraph(AgentState)
-        g.add_node("policy", self.policy_node)
-        g.add_node("tool", self.tool_node)
-        g.add_node("answer", self.answer_node)
-        g.add_edge(START, "policy")
-        return g.compile()
+    @property
+    def managed(self) -> bool:
+        return self.config.managed
 
-    def policy_node(self, state: AgentState) -> Command[Literal["tool", "answer", "policy", "__end__"]]:
-        traj = state["traj"]
+    @property
+    def turn_limit(self) -> int:
+        return self.config.max_turns
+
+    @property
+    def window(self) -> int:
+        return self.config.context_tokens if self.config.managed else self.config.max_total_tokens
+
+    # ---- the episode ----------------------------------------------------------------------------
+    def new_trajectory(self) -> Trajectory:
+        question = self.question
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("the question is empty")
+        question, guidance = question.strip(), self.guidance
+        meta = {"template": self.config.template, "model": self.model, "config": self.config.to_dict()}
+        if self.config.managed:  # the question alone must fit; later steps are cut to fit
+            prompt_ids = self._managed_prompt(question, [], [], guidance)
+            if guidance:
+                meta["guidance"] = guidance  # every rebuilt prompt shows it again
+        else:
+            msgs = prompts.messages(question, self.config.template, guidance)
+            prompt_ids = chat_prompt_ids(self.tokenizer, msgs, self.config.max_total_tokens, "the question")
+        return Trajectory(question=question, id=self.id, gold=dict(self.gold), prompt_ids=prompt_ids, meta=meta)
+
+    def failed_trajectory(self, error: str) -> Trajectory:
+        return Trajectory(question=str(self.question or ""), id=self.id, gold=dict(self.gold), stop_reason="error",
+                          meta={"error": error})
+
+    def prompt(self, traj: Trajectory) -> list[int]:
+        """What the model sees next: the whole stream (full) or a prompt rebuilt from state (managed)."""
+        if not self.config.managed:
+            return traj.prompt_ids + traj.token_ids
+        return self._managed_prompt(traj.question, [s.completion for s in traj.steps],
+                                    [s.observation for s in traj.steps], traj.meta.get("guidance", ""))
+
+    def _managed_prompt(self, question: str, completions: list[str], observations: list[str],
+                        guidance: str) -> list[int]:
         cfg = self.config
-        if exceeded_turns(traj, cfg):
-            traj.stop_reason = "max_turns"
-            return Command(goto=END)
-        if not cfg.managed and exceeded_tokens(traj, cfg):
-            traj.stop_reason = "max_tokens"
-            return Command(goto=END)
-        prompt = self._prompt(traj)
-        window = cfg.context_tokens if cfg.managed else cfg.max_total_tokens
-        budget = min(cfg.max_new_tokens, window - len(prompt))
-        t0 = _now()
-        gen = self.policy.generate([prompt], max_new_tokens=budget,
-                                   temperature=cfg.temperature, stop=prompts.STOP_STRINGS)[0]
+        return managed_prompt(self.tokenizer, question, completions, observations, template=cfg.template,
+                              context_tokens=cfg.context_tokens, notes_tokens=cfg.notes_tokens,
+                              reserve=cfg.max_new_tokens, guidance=guidance)
+
+    def continues(self, text: str) -> bool:
+        return False
+
+    def parse(self, traj: Trajectory, gen: Generation, prompt: list[int], continued: int,
+              seconds: float) -> tuple[Step, Action]:
+        cfg = self.config
         action = parse_action(strip_notes(gen.text) if cfg.managed else gen.text,
                               finished=gen.finish_reason != "stop")
         step = Step(action=action.name, argument=action.argument, completion=gen.text, valid=action.valid,
-                    completion_ids=list(gen.token_ids), completion_logprobs=list(gen.logprobs),
-                    seconds=_now() - t0)
+                    completion_ids=list(gen.token_ids), completion_logprobs=list(gen.logprobs), seconds=seconds)
         if action.thought:
             step.info["thought"] = action.thought
         if cfg.managed:
@@ -129,49 +159,39 @@ class ResearchAgent:
             notes = written_notes(gen.text)
             if notes is not None:
                 step.info["notes"] = notes
-        traj.steps.append(step)
-        traj.token_ids += step.completion_ids
-        traj.token_mask += [1] * len(step.completion_ids)
-        traj.logprobs += step.completion_logprobs
-        if action.name == "answer":
-            return Command(goto="answer", update={"pending": action})
-        if not action.valid:
+        if not action.valid and action.name != "answer":
             step.error = action.reason
-            self._observe(traj, step, prompts.INVALID_ACTION.format(reason=action.reason))
-            return Command(goto="policy", update={"pending": None})
-        return Command(goto="tool", update={"pending": action})
+        return step, action
 
-    def tool_node(self, state: AgentState) -> Command[Literal["policy"]]:
-        traj, action = state["traj"], state["pending"]
-        step = traj.steps[-1]
-        t0 = _now()
-        note = ""
+    def is_final(self, step: Step) -> bool:
+        return step.action == "answer"
+
+    def invalid(self, traj: Trajectory, step: Step, action: Action) -> tuple[str, str]:
+        return prompts.INVALID_ACTION.format(reason=action.reason), ""
+
+    def act(self, traj: Trajectory, step: Step, action: Action) -> tuple[str, str]:
         if no_tool_calls_left(traj, self.config, counting_current=True):
             step.error = "tool call limit reached"
             step.info["refused"] = True
-            body = prompts.NO_CALLS_LEFT
-        else:
-            try:
-                body = getattr(self, f"_{action.name}")(traj, step, action.argument)
-            except BrowserError as e:
-                step.error = str(e)
-                body = prompts.TOOL_ERROR.format(message=e)
-            left = self.config.max_tool_calls - _used_calls(traj)
-            note = prompts.NO_CALLS_LEFT if left <= 0 else prompts.CALLS_LEFT.format(n=left)
-        step.seconds += _now() - t0
-        self._observe(traj, step, body, note)
-        return Command(goto="policy", update={"pending": None})
+            return prompts.NO_CALLS_LEFT, ""
+        try:
+            body = getattr(self, f"_{action.name}")(traj, step, action.argument)
+        except BrowserError as e:
+            step.error = str(e)
+            body = prompts.TOOL_ERROR.format(message=e)
+        left = self.config.max_tool_calls - _used_calls(traj)
+        return body, prompts.NO_CALLS_LEFT if left <= 0 else prompts.CALLS_LEFT.format(n=left)
 
-    def answer_node(self, state: AgentState) -> Command[Literal["__end__"]]:
-        traj, action = state["traj"], state["pending"]
+    def finish(self, traj: Trajectory, step: Step, action: Action) -> None:
         traj.answer = action.argument
         traj.citations = action.citations
         traj.stop_reason = "answer"
-        report = check_citations(action.argument, action.citations, traj.retrieved,
-                                 semantic=self.config.semantic_citations)
-        traj.steps[-1].info.update(report)
-        self._emit(traj, traj.steps[-1])
-        return Command(goto=END)
+        step.info.update(check_citations(action.argument, action.citations, traj.retrieved,
+                                         semantic=self.config.semantic_citations))
+        return None
+
+    def wrap(self, body: str) -> str:
+        return prompts.OBSERVATION.format(body=body)
 
     # ---- tools ------------------------------------------------------------------------------------
     def _search(self, traj: Trajectory, step: Step, query: str) -> str:
@@ -215,87 +235,35 @@ class ResearchAgent:
         except (BrowserError, AttributeError, KeyError):
             return fallback
 
-    # ---- bookkeeping ----------------------------------------------------------------------------
-    def _observe(self, traj: Trajectory, step: Step, body: str, note: str = "") -> None:
-        """Append an observation; the body is truncated to the budget, the note never is."""
-        ids = self.tok.encode(body, add_special_tokens=False)
-        if len(ids) > self.config.observation_tokens:
-            body = self.tok.decode(ids[: self.config.observation_tokens]) + " ...(truncated)"
-        if note:
-            body = f"{body}\n{note}"
-        text = prompts.OBSERVATION.format(body=body)
-        step.observation = text
-        step.observation_ids = self.tok.encode(text, add_special_tokens=False)
-        traj.token_ids += step.observation_ids
-        traj.token_mask += [0] * len(step.observation_ids)
-        traj.logprobs += [0.0] * len(step.observation_ids)
-        self._emit(traj, step)
 
-    def _emit(self, traj: Trajectory, step: Step) -> None:
-        if self.on_step is not None:
-            self.on_step(traj, step)
+class ResearchAgent:
+    """A policy, a browser and a config; ``run`` answers one question through the agent loop."""
 
-    def _prompt(self, traj: Trajectory) -> list[int]:
-        """What the model sees next: the whole stream (full) or a prompt rebuilt from state (managed)."""
-        if not self.config.managed:
-            return traj.prompt_ids + traj.token_ids
-        return self._managed_prompt(traj.question, [s.completion for s in traj.steps],
-                                    [s.observation for s in traj.steps], traj.meta.get("guidance", ""))
+    def __init__(self, policy, browser: Browser, config: AgentConfig | None = None,
+                 on_step: Callable[[Trajectory, Step], None] | None = None):
+        self.policy = policy
+        self.browser = browser
+        self.config = config or AgentConfig()
+        self.tok = policy.tokenizer
+        self.on_step = on_step
 
-    def _managed_prompt(self, question: str, completions: list[str], observations: list[str],
-                        guidance: str) -> list[int]:
-        cfg = self.config
-        return managed_prompt(self.tok, question, completions, observations, template=cfg.template,
-                              context_tokens=cfg.context_tokens, notes_tokens=cfg.notes_tokens,
-                              reserve=cfg.max_new_tokens, guidance=guidance)
+    def environment(self, question: str, *, id: str = "", gold: dict | None = None,
+                    guidance: str = "") -> ResearchEnvironment:
+        return ResearchEnvironment(self.tok, self.browser, self.config, question, id=id, gold=gold,
+                                   guidance=guidance, model=getattr(self.policy, "name", ""))
 
-    # ---- entry points ---------------------------------------------------------------------------
     def new_trajectory(self, question: str, *, id: str = "", gold: dict | None = None,
                        guidance: str = "") -> Trajectory:
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError("the question is empty")
-        meta = {"template": self.config.template, "model": getattr(self.policy, "name", ""),
-                "config": self.config.to_dict()}
-        if self.config.managed:  # the question alone must fit; later steps are cut to fit
-            prompt_ids = self._managed_prompt(question.strip(), [], [], guidance)
-            if guidance:
-                meta["guidance"] = guidance  # every rebuilt prompt shows it again
-            return Trajectory(question=question.strip(), id=id, gold=dict(gold or {}), prompt_ids=prompt_ids,
-                              meta=meta)
-        msgs = prompts.messages(question.strip(), self.config.template, guidance)
-        prompt_ids = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-        if hasattr(prompt_ids, "input_ids"):
-            prompt_ids = prompt_ids["input_ids"]
-        prompt_ids = list(prompt_ids)
-        if len(prompt_ids) > self.config.max_total_tokens // 2:
-            raise ValueError(f"the question is too long ({len(prompt_ids)} prompt tokens; "
-                             f"at most {self.config.max_total_tokens // 2})")
-        return Trajectory(question=question.strip(), id=id, gold=dict(gold or {}), prompt_ids=prompt_ids,
-                          meta=meta)
+        return self.environment(question, id=id, gold=gold, guidance=guidance).new_trajectory()
 
     def run(self, question: str, *, id: str = "", gold: dict | None = None, guidance: str = "") -> Trajectory:
-        traj = self.new_trajectory(question, id=id, gold=gold, guidance=guidance)
-        return self.run_trajectory(traj)
-
-    def run_trajectory(self, traj: Trajectory) -> Trajectory:
-        t0 = _now()
-        limit = 3 * self.config.max_turns + 5
-        self.graph.invoke({"traj": traj, "pending": None}, {"recursion_limit": limit})
-        traj.meta["seconds"] = _now() - t0
-        return traj
+        env = self.environment(question, id=id, gold=gold, guidance=guidance)
+        return run_episode(self.policy, env, on_step=self.on_step)
 
 
 # ---- exit conditions, named ---------------------------------------------------------------------
 def _used_calls(traj: Trajectory) -> int:
     return sum(1 for s in traj.steps if s.action in ("search", "open", "find") and not s.info.get("refused"))
-
-
-def exceeded_turns(traj: Trajectory, cfg: AgentConfig) -> bool:
-    return len(traj.steps) >= cfg.max_turns
-
-
-def exceeded_tokens(traj: Trajectory, cfg: AgentConfig) -> bool:
-    return len(traj.prompt_ids) + len(traj.token_ids) >= cfg.max_total_tokens - 8
 
 
 def no_tool_calls_left(traj: Trajectory, cfg: AgentConfig, counting_current: bool = False) -> bool:
@@ -313,36 +281,13 @@ def run_batch(items: list[dict], policy, browser: Browser, config: AgentConfig |
     A question that cannot even start (empty, too long) yields a trajectory with stop_reason
     "error" instead of aborting the batch.
     """
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    from tqdm import tqdm
-
-    from .policy import BatchingPolicy
-
     config = config or AgentConfig()
-    batched = policy if isinstance(policy, BatchingPolicy) else BatchingPolicy(policy, max_batch=concurrency)
-    results: list[Trajectory | None] = [None] * len(items)
+    tok, name = policy.tokenizer, getattr(policy, "name", "")
 
-    def one(i: int) -> Trajectory:
-        item = items[i]
+    def make_env(item: dict, i: int) -> ResearchEnvironment:
         b = browser.fork() if hasattr(browser, "fork") else browser
-        agent = ResearchAgent(batched, b, config)
         gold = {k: v for k, v in item.items() if k not in ("question", "id")}
-        try:
-            return agent.run(item["question"], id=str(item.get("id", i)), gold=gold,
-                             guidance=guidance(item) if guidance else "")
-        except ValueError as e:
-            return Trajectory(question=str(item.get("question", "")), id=str(item.get("id", i)), gold=gold,
-                              stop_reason="error", meta={"error": str(e)})
+        return ResearchEnvironment(tok, b, config, item.get("question", ""), id=str(item.get("id", i)), gold=gold,
+                                   guidance=guidance(item) if guidance else "", model=name)
 
-    bar = tqdm(total=len(items), desc="trajectories", disable=not progress, unit="q")
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = {pool.submit(one, i): i for i in range(len(items))}
-        for fut in as_completed(futures):
-            traj = fut.result()
-            results[futures[fut]] = traj
-            if on_result is not None:
-                on_result(traj)
-            bar.update(1)
-    bar.close()
-    return [r for r in results if r is not None]
+    return run_episodes(items, policy, make_env, progress=progress, on_result=on_result, concurrency=concurrency)

@@ -51,17 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_browser(args):
-    if args.backend == "live":
-        from corpus.live import LiveBrowser
+    from corpus import open_browser
 
-        return LiveBrowser.from_env(record_dir=args.record, replay_dir=args.replay)
-    if args.retrieval_url:
-        from corpus.service import RemoteBrowser
-
-        return RemoteBrowser(args.retrieval_url)
-    from corpus import open_corpus
-
-    return open_corpus(args.corpus)
+    return open_browser(args.backend, corpus=args.corpus, retrieval_url=args.retrieval_url, record_dir=args.record,
+                        replay_dir=args.replay)
 
 
 def stream_step(out):
@@ -82,12 +75,16 @@ def stream_step(out):
 
 def agent_config(args):
     from .agent import AgentConfig
+    from .configs import ConfigError, build
 
     values = {"template": args.template, "semantic_citations": True, "context": args.context}
     for name in ("max_turns", "max_tool_calls", "max_new_tokens", "context_tokens"):
-        if getattr(args, name):
+        if getattr(args, name) is not None:  # 0 is a value (and refused), not "unset"
             values[name] = getattr(args, name)
-    return AgentConfig(**values)
+    try:
+        return build(AgentConfig, values)
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +136,7 @@ def open_memory(path: str | None):
 
 def run_report(args, policy, browser, config, on_step) -> int:
     """Report mode: plan, research and write; score with the C9 report reward; print or save."""
-    from corpus.packages import atomic_write_text
+    from corpus.files import atomic_write_text
 
     from .report import ReportConfig, score_report, write_report
 

@@ -14,7 +14,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpus.packages import FetchError, cache_dir, fetch_package, sha256_file
+from corpus.files import cache_dir
+from corpus.packages import FetchError, fetch_package, sha256_file
 
 
 @dataclass(frozen=True)

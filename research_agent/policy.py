@@ -327,6 +327,9 @@ class EndpointPolicy:
         return results
 
 
+_CLOSE = object()  # queued by BatchingPolicy.close: the worker ends after the requests before it
+
+
 class BatchingPolicy:
     """Merge concurrent single-prompt ``generate`` calls into batched calls of the wrapped policy.
 
@@ -346,6 +349,18 @@ class BatchingPolicy:
         self._worker.start()
         self.calls = 0  # batched calls made, for benchmarks and tests
 
+    def close(self) -> None:
+        """Stop the worker thread once the requests queued before this call are served."""
+        if self._worker.is_alive():
+            self._queue.put(_CLOSE)
+            self._worker.join()
+
+    def __enter__(self) -> BatchingPolicy:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
                  stop_loops=False) -> list[Generation]:
         key = (max_new_tokens, float(temperature), tuple(stop or ()), bool(stop_loops))
@@ -360,6 +375,8 @@ class BatchingPolicy:
     def _run(self) -> None:
         while True:
             first = self._queue.get()
+            if first is _CLOSE:
+                return
             pending = [first]
             deadline = time.monotonic() + self.wait_s
             size = len(first[1])
@@ -370,6 +387,9 @@ class BatchingPolicy:
                 try:
                     item = self._queue.get(timeout=timeout)
                 except queue.Empty:
+                    break
+                if item is _CLOSE:  # served after what is already collected
+                    self._queue.put(_CLOSE)
                     break
                 pending.append(item)
                 size += len(item[1])
@@ -383,9 +403,8 @@ class BatchingPolicy:
                 max_new, temp, stop, loops = key
                 flat = [p for it in items for p in it[1]]
                 try:
-                    extra = {"stop_loops": True} if loops else {}  # policies without the option still serve
                     out = self.policy.generate(flat, max_new_tokens=max_new, temperature=temp,
-                                               stop=list(stop) or None, **extra)
+                                               stop=list(stop) or None, stop_loops=loops)
                     self.calls += 1
                     pos = 0
                     for it in items:
@@ -427,7 +446,7 @@ class BatchingPolicy:
                         it = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                    if it[0] != key:
+                    if it is _CLOSE or it[0] != key:
                         deferred.append(it)
                         continue
                 if active > 0 and active + len(it[1]) > self.max_batch:
@@ -451,9 +470,8 @@ class BatchingPolicy:
         prompts = take(items)
         self.calls += 1  # counted up front: callers hear of their rows before the call returns
         try:
-            extra = {"stop_loops": True} if loops else {}
             self.policy.generate_continuous(prompts, admit=admit, on_done=on_done, max_new_tokens=max_new,
-                                            temperature=temp, stop=list(stop) or None, **extra)
+                                            temperature=temp, stop=list(stop) or None, stop_loops=loops)
         except Exception as e:  # handed to every caller still waiting
             for it, _ in rows:
                 if not it[3].is_set():
@@ -477,13 +495,9 @@ def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, e
         return EndpointPolicy(endpoint, model, tok)
     net, tok = load_model(model, progress=progress)
     if adapter:
-        from peft import PeftModel
+        from .adapters import load_adapter
 
-        from .train.rl import adapter_chain, merge_adapters
-
-        chain = adapter_chain(adapter)
-        net = merge_adapters(net, chain[:-1])  # an RL adapter sits on top of the merged SFT adapter
-        net = PeftModel.from_pretrained(net, adapter)
+        net = load_adapter(net, adapter)  # an RL adapter sits on top of the merged SFT adapter
         net.eval()
     if cache_mb < 0:
         raise ValueError(f"cache_mb must be >= 0 (0 disables the prefix cache), not {cache_mb}")

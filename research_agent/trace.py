@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import re
 
-from corpus.packages import atomic_write_text
+from corpus.files import atomic_write_text
 
 from .trajectory import Trajectory
 

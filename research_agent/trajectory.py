@@ -105,6 +105,22 @@ class Trajectory:
         return [(s.prompt_ids + s.completion_ids, [0] * len(s.prompt_ids) + [1] * len(s.completion_ids))
                 for s in self.steps if s.completion_ids]
 
+    # ---- the token stream: written here and nowhere else ----------------------------------------
+    def append_turn(self, step: Step) -> None:
+        """Add a policy turn: its tokens enter the stream as the model's own (mask 1, their log-probs)."""
+        self.steps.append(step)
+        self.token_ids += step.completion_ids
+        self.token_mask += [1] * len(step.completion_ids)
+        self.logprobs += step.completion_logprobs
+
+    def append_observation(self, step: Step, text: str, ids: list[int]) -> None:
+        """Add what the environment returned for ``step``: in the stream, masked out of the loss."""
+        step.observation = text
+        step.observation_ids = list(ids)
+        self.token_ids += step.observation_ids
+        self.token_mask += [0] * len(step.observation_ids)
+        self.logprobs += [0.0] * len(step.observation_ids)
+
     # ---- serialization -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Empty step prompts are left out, so full-context records are unchanged by managed context."""

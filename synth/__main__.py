@@ -52,14 +52,9 @@ def cmd_trajectories(args) -> int:
     items = read_jsonl(args.qa, split=args.split or None)
     if args.limit:
         items = items[: args.limit]
-    if args.retrieval_url:
-        from corpus.service import RemoteBrowser
+    from corpus import open_browser
 
-        browser = RemoteBrowser(args.retrieval_url)
-    else:
-        from corpus import open_corpus
-
-        browser = open_corpus(args.corpus)
+    browser = open_browser(corpus=args.corpus, retrieval_url=args.retrieval_url)
     if args.policy == "reference":
         from transformers import AutoTokenizer
 

@@ -15,11 +15,11 @@ import hashlib
 import json
 import random
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from corpus.documents import Chunk, Document
+from corpus.files import read_jsonl as _read_jsonl
 
 
 class SynthesisError(ValueError):
@@ -232,30 +232,11 @@ def _norm(s: str) -> str:
 
 
 def write_jsonl(path: str, items: list[QAItem]) -> None:
-    from corpus.packages import atomic_write_text
+    from corpus.files import atomic_write_text
 
     atomic_write_text(path, "".join(json.dumps(i.to_dict(), ensure_ascii=False) + "\n" for i in items))
 
 
 def read_jsonl(path: str, split: str | None = None) -> list[dict]:
     """Read a task/QA JSONL file; broken lines are skipped and counted on stderr."""
-    out, bad = [], 0
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                print(f"{path}:{n}: not JSON, skipped", file=sys.stderr)
-                continue
-            if not isinstance(rec, dict) or "question" not in rec:
-                bad += 1
-                print(f"{path}:{n}: no 'question' field, skipped", file=sys.stderr)
-                continue
-            if split is None or rec.get("split") == split:
-                out.append(rec)
-    if bad:
-        print(f"{path}: {bad} broken lines skipped", file=sys.stderr)
-    return out
+    return _read_jsonl(path, required=("question",), split=split)

@@ -30,7 +30,7 @@ class ReferencePolicy:
         self.tokenizer = tokenizer
         self.items = {it["question"].strip(): it for it in items}
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None) -> list[Generation]:
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False) -> list[Generation]:
         out = []
         for p in prompts:
             text = self.next_action(self.tokenizer.decode(p, skip_special_tokens=False))

@@ -163,7 +163,7 @@ def export_sft(trajs: list[Trajectory], path: str | Path) -> int:
     tools.  A managed-context trajectory is marked ``"context": "managed"``: the trainer then rebuilds
     each turn's prompt from the question, the notes and the previous turn, as the agent did.
     """
-    from corpus.packages import atomic_write_text
+    from corpus.files import atomic_write_text
 
     lines = []
     for t in trajs:

@@ -174,7 +174,7 @@ def api_documents(modules: list[str] = DEFAULT_MODULES, progress: bool = True) -
 
 
 def api_docs_dir() -> Path:
-    from corpus.packages import cache_dir
+    from corpus.files import cache_dir
 
     return cache_dir() / "corpora" / "api-docs"
 

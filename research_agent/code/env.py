@@ -23,8 +23,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from research_agent.code import prompts
 from research_agent.code.sandbox import DEFAULT_LIMITS, TEST_LIMITS, SandboxLimits, run_python, truncate
 from research_agent.code.tasks import CodeTask, run_tests, sanitized_away
+from research_agent.loop import chat_prompt_ids
+from research_agent.trajectory import Step, Trajectory
 
 MODES = ("no-tools", "code-only", "multi-tool")
 OBSERVATION_CHARS = 2000
@@ -36,27 +39,6 @@ _SEARCH = re.compile(r"<search>(.*?)(</search>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"(?m)^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n")
 _CLOSE = re.compile(r"(?m)^[ \t]*```[ \t]*$")
 _PYTHON_LANGS = {"python", "py", "python3"}
-
-TOOLS_HELP = {
-    "search": "1. Search documentation, when you are unsure about an API:\n<search>your query</search>\n"
-    "Example: <search>Counter most_common</search>",
-    "execute": "{n}. Execute code, to test ideas or inspect results (you see stdout and the error's last line):\n"
-    "```python\n# your code\nprint(result)\n```",
-    "submit": "{n}. Submit your final solution to be tested (this ends the task):\n"
-    "```submit\ndef your_solution(...):\n    ...\n```",
-}
-
-
-# After a clean run that defines the entry point. Untrained instruct models (qwen2.5-coder-0.5b,
-# code-only, first 49 test tasks) ran a working solution, saw it work and ran it again until the budget
-# was gone: 43 % never submitted. The note names the next step without judging the code.
-# The same model then wrote an empty ```submit block, meaning "submit that": it submits the last code
-# that ran and defined the entry point, as a stateful submit tool does.
-SUBMIT_HINT = (
-    "The code ran without errors. If `{name}` does what the task asks, submit it: an empty ```submit "
-    "block submits the code you last ran."
-)
-
 
 def _fences(text: str) -> list[tuple[str, str, int, bool]]:
     """Every fenced block in order: (kind, body, position, closed); kind is the language or 'plain'."""
@@ -109,10 +91,16 @@ def turn_continues(text: str, mode: str) -> bool:
     return not blocks[-1][3] or mode != "no-tools"
 
 
+STOP_STRINGS = ["</search>", "\n```\n"]
+# Actions that use up the tool budget; submit never does (it must stay possible to end the task).
+BUDGETED = ("search", "execute")
+
+
 class CodeEnvironment:
     """One task's episode: parses the model's turns and runs its tools in the sandbox."""
 
-    STOP_STRINGS: list[str] = ["</search>", "\n```\n"]
+    stop_strings = STOP_STRINGS
+    managed = False
 
     def __init__(
         self,
@@ -121,9 +109,17 @@ class CodeEnvironment:
         limits: SandboxLimits = DEFAULT_LIMITS,
         test_limits: SandboxLimits = TEST_LIMITS,
         submit_hint: bool = True,
+        *,
+        config: Any = None,
+        tokenizer: Any = None,
+        model: str = "",
+        id: str = "",
     ):
+        """``config`` (a ``CodeAgentConfig``) and ``tokenizer`` are needed only to run the episode
+        through the agent loop; parsing and the tools work without them."""
         self.task = task
-        self.submit_hint = submit_hint
+        self.submit_hint = submit_hint if config is None else config.submit_hint
+        self.config, self.tokenizer, self.model, self.id = config, tokenizer, model, id or task.id
         self.docs_browser = docs_browser
         self.limits = limits  # execute
         self.test_limits = test_limits  # submit: the task's tests
@@ -131,39 +127,121 @@ class CodeEnvironment:
         self.last_run: str | None = None  # the last executed code that defines the entry point
         self.passed = False
 
+    STOP_STRINGS = STOP_STRINGS  # the name parsers and demos have always used
+
+    # ---- the episode (``loop.Environment``) ------------------------------------------------------
+    @property
+    def stop_loops(self) -> bool:
+        return self.config.stop_loops
+
+    @property
+    def turn_limit(self) -> int:
+        return self.config.turn_limit
+
+    @property
+    def window(self) -> int:
+        return self.config.max_total_tokens
+
+    def new_trajectory(self) -> Trajectory:
+        cfg = self.config
+        question = self.task_message(self.task)
+        msgs = [{"role": "system", "content": self.instructions(cfg.mode)}, {"role": "user", "content": question}]
+        prompt_ids = chat_prompt_ids(self.tokenizer, msgs, cfg.max_total_tokens, f"task {self.task.id}")
+        meta = {"task_type": "code", "mode": cfg.mode, "model": self.model, "config": cfg.to_dict()}
+        return Trajectory(question=question, id=self.id, gold=task_gold(self.task), prompt_ids=prompt_ids, meta=meta)
+
+    def failed_trajectory(self, error: str) -> Trajectory:
+        return Trajectory(question=self.task.prompt, id=self.id, gold=task_gold(self.task), stop_reason="error",
+                          meta={"task_type": "code", "mode": self.config.mode, "error": error})
+
+    def prompt(self, traj: Trajectory) -> list[int]:
+        return traj.prompt_ids + traj.token_ids
+
+    def continues(self, text: str) -> bool:
+        return self.config.continue_quotes and turn_continues(text, self.config.mode)
+
+    def parse(self, traj: Trajectory, gen: Any, prompt: list[int], continued: int,
+              seconds: float) -> tuple[Step, tuple[str, str]]:
+        action, argument, valid, error = self.parse_text(gen.text, self.config.mode)
+        from_last_run = action == "submit" and not argument
+        if action == "submit":
+            argument, error = self.resolve_submit(argument)
+            if error:
+                action, valid = "invalid", False
+        info = {"finish_reason": gen.finish_reason, **({"continued": continued} if continued else {}),
+                **({"from_last_run": True} if from_last_run else {})}
+        step = Step(action=action, argument=argument, completion=gen.text, valid=valid, error=error,
+                    completion_ids=list(gen.token_ids), completion_logprobs=list(gen.logprobs), seconds=seconds,
+                    info=info)
+        return step, (action, argument)
+
+    def is_final(self, step: Step) -> bool:
+        return step.action == "submit"
+
+    def invalid(self, traj: Trajectory, step: Step, action: tuple[str, str]) -> tuple[str, str]:
+        body, _, _ = self.run("invalid", step.error or "")
+        return body, self.budget_note(traj)
+
+    def act(self, traj: Trajectory, step: Step, action: tuple[str, str]) -> tuple[str, str]:
+        name, argument = action
+        if used_calls(traj) > self.config.max_tool_calls:  # the current step already counts
+            step.error = "tool call limit reached"
+            step.info["refused"] = True
+            return prompts.NO_CALLS_LEFT, ""
+        body, info, _ = self.run(name, argument)
+        step.info.update(info)
+        if name == "execute" and info.get("error"):
+            step.error = info["error"]
+        note = self.budget_note(traj)
+        if step.info.get("note") and note != "":  # the submit hint, when a turn follows
+            note = f"{step.info['note']} {note}"
+        return body, note
+
+    def finish(self, traj: Trajectory, step: Step, action: tuple[str, str]) -> tuple[str, str]:
+        body, info, _ = self.run("submit", action[1])
+        step.info.update(info)
+        traj.answer = action[1]
+        traj.gold["passed"] = bool(info.get("passed"))
+        traj.stop_reason = "submit"
+        # the test verdict is shown (and masked out), so a multi-episode learner sees why it failed
+        return body, ""
+
+    def budget_note(self, traj: Trajectory) -> str:
+        """What the model must know about its remaining budget (never truncated away)."""
+        cfg = self.config
+        if cfg.mode == "no-tools" or len(traj.steps) >= cfg.turn_limit:
+            return ""  # no turn follows: a budget note would only mislead readers of the record
+        if len(traj.steps) == cfg.turn_limit - 1:
+            return prompts.LAST_TURN
+        left = cfg.max_tool_calls - used_calls(traj)
+        return prompts.NO_CALLS_LEFT if left <= 0 else prompts.CALLS_LEFT.format(n=left)
+
+    def wrap(self, body: str) -> str:
+        frame = chat_observation_frame(self.tokenizer) if self.config.observation_format == "chat" else None
+        if frame:
+            return prompts.CHAT_OBSERVATION.format(before=frame[0], body=body, after=frame[1])
+        return prompts.OBSERVATION.format(body=body)
+
     # ---- prompts -------------------------------------------------------------------------------
     @staticmethod
     def instructions(mode: str) -> str:
         """System prompt for ``mode`` (seed 004's agent prompt, cut down to the tools the mode allows)."""
         if mode == "no-tools":
-            return (
-                "You are a Python expert. Solve the task by writing the complete solution in one "
-                "```python code block. Do not write anything after the code block."
-            )
+            return prompts.NO_TOOLS_SYSTEM
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         tools = ["search", "execute", "submit"] if mode == "multi-tool" else ["execute", "submit"]
-        parts = [TOOLS_HELP[t].format(n=i) for i, t in enumerate(tools, 1)]
-        strategy = (
-            "Strategy: search the docs BEFORE writing code if you are unsure about an API. "
-            if mode == "multi-tool"
-            else ""
-        )
-        return (
-            f"You are a Python expert. You have {len(tools)} tools available:\n"
-            + "\n".join(parts)
-            + f"\nWrite exactly one tool call per turn. {strategy}Test your code with ```python "
-            "before submitting with ```submit. You can use tools in any order and multiple times. "
-            "Each run starts fresh: include imports and definitions every time."
-        )
+        parts = [prompts.TOOLS_HELP[t].format(n=i) for i, t in enumerate(tools, 1)]
+        strategy = prompts.SEARCH_STRATEGY if mode == "multi-tool" else ""
+        return prompts.TOOLS_SYSTEM.format(count=len(tools), tools="\n".join(parts), strategy=strategy)
 
     @staticmethod
     def task_message(task: CodeTask) -> str:
-        return f"{task.prompt.strip()}\n\nThe tests call `{task.entry_point}`."
+        return prompts.TASK.format(prompt=task.prompt.strip(), entry_point=task.entry_point)
 
     # ---- parsing -------------------------------------------------------------------------------
     @staticmethod
-    def parse(text: str, mode: str) -> tuple[str, str, bool, str | None]:
+    def parse_text(text: str, mode: str) -> tuple[str, str, bool, str | None]:
         """(action, argument, valid, error for the model). Never raises, whatever ``text`` is."""
         try:
             return CodeEnvironment._parse(text, mode)
@@ -228,26 +306,26 @@ class CodeEnvironment:
             res = run_python(argument, self.limits)
             parts = [res.stdout.rstrip()] if res.stdout.strip() else []
             if res.error:
-                parts.append(f"Error: {res.error}")
-            body = "\n".join(parts) if parts else "(no output)"
+                parts.append(prompts.RUN_ERROR.format(error=res.error))
+            body = "\n".join(parts) if parts else prompts.NO_OUTPUT
             info = {"ok": res.ok, "error": res.error}
             defines = self._defines_entry_point(argument)
             if defines:
                 self.last_run = argument
             if self.submit_hint and res.ok and not res.error and defines:
                 # a note, not part of the body: the agent truncates bodies, never notes
-                info["note"] = SUBMIT_HINT.format(name=self.task.entry_point)
+                info["note"] = prompts.SUBMIT_HINT.format(name=self.task.entry_point)
             return truncate(body, OBSERVATION_CHARS), info, False
         if action == "submit":
             argument, error = self.resolve_submit(argument)
             if error:
-                return f"Invalid action: {error}", {}, False
+                return prompts.INVALID_ACTION.format(error=error), {}, False
             res = run_tests(self.task, argument, self.test_limits)
             self.submitted, self.passed = argument, res.ok
-            body = "All tests passed." if res.ok else f"Tests failed: {res.error or 'unknown error'}"
+            body = prompts.TESTS_PASSED if res.ok else prompts.TESTS_FAILED.format(error=res.error or "unknown error")
             info = {"passed": res.ok, "error": res.error, "sanitized": sanitized_away(self.task, argument)}
             return truncate(body, OBSERVATION_CHARS), info, True
-        return f"Invalid action: {argument or 'unrecognised output'}", {}, False
+        return prompts.INVALID_ACTION.format(error=argument or "unrecognised output"), {}, False
 
     def resolve_submit(self, code: str) -> tuple[str, str | None]:
         """(code to test, error): an empty submission means the last code that ran and defined the
@@ -256,10 +334,7 @@ class CodeEnvironment:
             return code, None
         if self.last_run is not None:
             return self.last_run, None
-        return "", (
-            f"the ```submit block was empty and no code defining `{self.task.entry_point}` has run yet; "
-            "write your solution inside the block"
-        )
+        return "", prompts.EMPTY_SUBMIT.format(name=self.task.entry_point)
 
     def _defines_entry_point(self, code: str) -> bool:
         name = re.escape(self.task.entry_point)
@@ -267,13 +342,13 @@ class CodeEnvironment:
 
     def _search(self, query: str) -> tuple[str, dict, bool]:
         if self.docs_browser is None:
-            return "Documentation search is not available.", {"hits": []}, False
+            return prompts.NO_DOCS, {"hits": []}, False
         try:
             hits = self.docs_browser.search(query, k=SEARCH_HITS)
         except Exception as e:  # a bad query must not end the episode
-            return f"Search error: {e}", {"hits": []}, False
+            return prompts.SEARCH_ERROR.format(error=e), {"hits": []}, False
         if not hits:
-            return "No documentation found. Try different keywords.", {"hits": []}, False
+            return prompts.NO_DOCS_FOUND, {"hits": []}, False
         blocks = []
         for hit in hits:
             try:
@@ -282,3 +357,43 @@ class CodeEnvironment:
                 text = hit.snippet
             blocks.append(f"[{hit.title}]\n{truncate(text.strip(), HIT_CHARS)}")
         return truncate("\n\n".join(blocks), OBSERVATION_CHARS), {"hits": [h.chunk_id for h in hits]}, False
+
+
+def task_gold(task: CodeTask) -> dict[str, Any]:
+    """The gold record of a code trajectory; ``passed`` becomes True only when a submission passes."""
+    return {"task_id": task.id, "source": task.source, "passed": False}
+
+
+def used_calls(traj: Trajectory) -> int:
+    """Search and execute calls that actually ran (refused ones do not count)."""
+    return sum(1 for s in traj.steps if s.action in BUDGETED and not s.info.get("refused"))
+
+
+_SENTINELS = ("\x00ASSISTANT-TURN\x00", "\x00TOOL-RESULT\x00")
+
+
+def chat_observation_frame(tokenizer) -> tuple[str, str] | None:
+    """(before, after): the chat-template text that closes the model's turn and opens a user turn,
+    and the text that closes that user turn and opens the next assistant turn; None without a
+    chat template. Found by rendering sentinels, so it is right for any template (ChatML, Llama...)."""
+    cached = getattr(tokenizer, "_research_agent_observation_frame", False)
+    if cached is not False:
+        return cached
+    frame = None
+    try:
+        msgs = [
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": _SENTINELS[0]},
+            {"role": "user", "content": _SENTINELS[1]},
+        ]
+        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        a, u = text.index(_SENTINELS[0]) + len(_SENTINELS[0]), text.index(_SENTINELS[1])
+        if a <= u:
+            frame = (text[a:u], text[u + len(_SENTINELS[1]) :])
+    except Exception:  # no template, or one that rejects these messages: inline is the fallback
+        frame = None
+    try:
+        tokenizer._research_agent_observation_frame = frame
+    except Exception:
+        pass
+    return frame

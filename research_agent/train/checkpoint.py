@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from corpus.packages import atomic_write_text
+from corpus.files import atomic_write_text
+from research_agent.adapters import write_adapter
 
 
 class ResumeError(RuntimeError):
@@ -39,10 +40,7 @@ def save_checkpoint(out: str | Path, step: int, model, optimizer, state: dict, k
     tmp = root / f".step-{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    model.save_pretrained(tmp)
-    chain = getattr(model, "merged_chain", [])
-    if chain:  # checkpoints load on their own too (eval checkpoints)
-        (tmp / "adapter_chain.json").write_text(json.dumps([str(Path(p).resolve()) for p in chain]))
+    write_adapter(model, tmp)  # with its chain: a checkpoint loads on its own too (eval checkpoints)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
                tmp / "rng.pt")

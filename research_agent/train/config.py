@@ -7,7 +7,7 @@ GRPO).  A TOML file and CLI flags map onto the same fields.
 
 Code tasks are a second task type of the same trainer (``task_type = "code"``), not a second
 trainer: only the task source, the rollout graph, the default reward and what counts as correct
-differ (``task_types``).  Fields left unset (None) whose sensible value differs by task type —
+differ (``research_agent.tasks``).  Fields left unset (None) whose sensible value differs by task type —
 reward, tokens per turn and in total, tool calls — take that task type's default, and config.json
 records the resolved value.
 """
@@ -15,13 +15,12 @@ records the resolved value.
 from __future__ import annotations
 
 import argparse
-import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file
 
-class ConfigError(ValueError):
-    """A training config names an unknown or incompatible setting."""
+__all__ = ["ConfigError", "TrainConfig", "load_config"]
 
 
 def _f(default, help: str):
@@ -117,16 +116,18 @@ class TrainConfig:
     seed: int = _f(0, "random seed (data order, sampling)")
     concurrency: int = _f(8, "trajectories generated concurrently through the batched policy")
     kl_alarm: float = _f(1.0, "stop with an alarm when the mean KL exceeds this")
+    allow_unsafe_sandbox: bool = _f(False, "code: run rollouts even where the sandbox cannot contain model-written "
+                                    "code (docs/security.md); without it such a level is refused before training")
 
     # fields that may change on --resume without changing what the run computes
     RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "out", "concurrency", "checkpoint_every",
                                             "keep_checkpoints", "kl_alarm", "micro_batch",
-                                            "share_prefix", "gradient_checkpointing")  # the last three: cost only
+                                            "share_prefix", "gradient_checkpointing",  # cost only
+                                            "allow_unsafe_sandbox")
 
     def __post_init__(self) -> None:
         from research_agent.code.env import MODES
-
-        from .task_types import TASK_DEFAULTS, TASK_TYPES
+        from research_agent.tasks import TASK_TYPES
 
         if self.stage not in ("rl", "sft"):
             raise ConfigError(f"stage must be rl or sft, not {self.stage!r}")
@@ -138,7 +139,29 @@ class TrainConfig:
             raise ConfigError(f"context must be full or managed, not {self.context!r}")
         if self.code_mode not in MODES:
             raise ConfigError(f"code_mode must be one of {', '.join(MODES)}, not {self.code_mode!r}")
-        for name, value in TASK_DEFAULTS[self.task_type].items():
+        if self.stage == "sft" and self.algorithm != "reinforce":
+            raise ConfigError(f"algorithm={self.algorithm} is an RL setting; --stage sft takes none")
+        positive = ("steps", "epochs", "group_size", "prompts_per_step", "micro_batch", "ppo_epochs", "lora_r",
+                    "lora_alpha", "max_turns", "checkpoint_every", "keep_checkpoints", "concurrency", "context_tokens",
+                    "notes_tokens")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("lr", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        for name in ("kl_coef", "temperature", "clip_ratio", "dynamic_sampling", "demo_tasks"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
+        if not 0 <= self.lora_dropout < 1 or not 0 <= self.demo_recovery <= 1:
+            raise ConfigError("lora_dropout must be in [0, 1) and demo_recovery in [0, 1]")
+        if self.filter_low > self.filter_high:
+            raise ConfigError(f"filter_low ({self.filter_low}) is above filter_high ({self.filter_high}): "
+                              "every group would be dropped")
+        for name in ("max_tool_calls", "max_new_tokens", "max_total_tokens"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name, value in TASK_TYPES[self.task_type].defaults.items():
             if getattr(self, name) in (None, ""):  # resolved here, so config.json records what was trained with
                 setattr(self, name, value)
 
@@ -153,40 +176,19 @@ class TrainConfig:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m research_agent.train",
                                 description="LoRA RL (REINFORCE / GRPO / RLOO) and SFT for research and code agents")
-    p.add_argument("--config", help="TOML file with any of the fields below")
+    p.add_argument("--config", help="TOML (or YAML) file with any of the fields below")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
-        if isinstance(default, bool):
-            kind = lambda s: s.lower() in ("1", "true", "yes", "on")  # noqa: E731
-        elif isinstance(default, list):
-            kind = lambda s: [x for x in s.split(",") if x]  # noqa: E731
-        elif default is None:
-            kind = int if str(f.type).startswith("int") else str
-        else:
-            kind = type(default)
-        help_text = f"{f.metadata['help']} (default: {default})".replace("%", "%%")  # argparse formats help with %
-        p.add_argument(flag, type=kind, default=None, help=help_text)
+    add_flags(p, TrainConfig)
     return p
 
 
 def load_config(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
-    """CLI flags override a TOML file (``--config``), which overrides the defaults."""
+    """CLI flags override a TOML/YAML file (``--config``), which overrides the defaults."""
     args = _parser().parse_args(argv)
-    values: dict[str, Any] = {}
-    if args.config:
-        with open(args.config, "rb") as fh:
-            values.update(tomllib.load(fh))
-    for f in fields(TrainConfig):
-        v = getattr(args, f.name)
-        if v is not None:
-            values[f.name] = v
-    unknown = set(values) - {f.name for f in fields(TrainConfig)}
-    if unknown:
-        raise SystemExit(f"unknown config fields: {', '.join(sorted(unknown))}")
     try:
-        cfg = TrainConfig(**values)
+        values = load_file(args.config) if args.config else {}
+        values.update(flag_values(args, TrainConfig))
+        cfg = build(TrainConfig, values)
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
     return cfg, args

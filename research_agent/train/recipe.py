@@ -64,7 +64,7 @@ def _eval_sets(r: Recipe) -> list[str]:
 
 def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
     """(name, module, argv) in order; the module's ``main(argv)`` runs the stage."""
-    from research_agent.train.task_types import default_task_file
+    from research_agent.tasks import default_task_file
 
     o = r.out
     evals = [("base", None), ("sft", o / "sft" / "adapter"), ("rl", o / "rl" / "adapter")]

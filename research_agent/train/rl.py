@@ -1,9 +1,9 @@
 """The RL loop: rollouts of the agent graph → rewards → filters → advantages → masked PG loss.
 
-Rollouts are the same ``run_batch`` (research) or ``run_code_batch`` (code) that ``ask``, synthesis
-and eval use, through one batched policy whose model carries the LoRA adapter being trained.  The
-task type only picks tasks, graph, default reward and correctness (``task_types``); the loop below
-is the same for both.
+Rollouts run through the same agent loop that ``ask``, synthesis and eval use, through one batched
+policy whose model carries the LoRA adapter being trained.  The trainer is handed a task type
+(``research_agent.tasks``: tasks, environment, browser, correctness, tool names) and never asks
+which one it has; the loop below is the same for all.
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,8 +19,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from corpus.packages import atomic_write_text
+from corpus.files import atomic_write_text
+from research_agent.adapters import AdapterError, merge_adapter_chain, save_adapter
 from research_agent.policy import LocalPolicy
+from research_agent.tasks import ResearchTasks, get_task_type
 from research_agent.trajectory import Trajectory
 
 from .algorithms import gigpo_advantages, group_advantages, keep_groups, sequence_advantages
@@ -31,19 +31,8 @@ from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoi
 from .config import TrainConfig
 from .loss import policy_gradient_loss
 from .plots import plot_training
-from .task_types import (
-    TOOLS,
-    agent_config,
-    default_task_file,
-    group_items,
-    is_correct,
-    load_tasks,
-    make_browser,
-    run_rollouts,
-)
 
-__all__ = ["agent_config", "default_task_file", "load_tasks", "make_browser", "policy_update", "rollout_metrics",
-           "setup_lora", "train_rl", "TrainingStopped"]
+__all__ = ["make_reward", "policy_update", "rollout_metrics", "setup_lora", "train_rl", "TrainingStopped"]
 
 
 class TrainingStopped(RuntimeError):
@@ -63,7 +52,10 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
     base, tok = load_model(cfg.model, progress=progress)
     chain: list[str] = []
     if cfg.init_adapter:
-        base, chain = merge_adapter_chain(base, cfg.init_adapter)
+        try:
+            base, chain = merge_adapter_chain(base, cfg.init_adapter)
+        except AdapterError as e:
+            raise SystemExit(f"error: init_adapter: {e}") from None
     lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
     model = get_peft_model(base, lcfg)
@@ -79,31 +71,6 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
     return model, tok
 
 
-def adapter_chain(path: str | Path) -> list[Path]:
-    """The adapters an adapter was trained on top of (oldest first), then the adapter itself."""
-    path = Path(path)
-    meta = path / CHAIN_FILE
-    earlier = [path / p for p in json.loads(meta.read_text())] if meta.exists() else []
-    return [*earlier, path]
-
-
-def merge_adapter_chain(base, path: str | Path):
-    """Merge every adapter of the chain ending in ``path`` into ``base``; return (model, chain)."""
-    chain = adapter_chain(path)
-    return merge_adapters(base, chain), [str(p.resolve()) for p in chain]
-
-
-def merge_adapters(base, paths: list[Path]):
-    from peft import PeftModel
-
-    for p in paths:
-        if not (p / "adapter_config.json").exists():
-            raise SystemExit(f"{p} is not a LoRA adapter directory (no adapter_config.json)")
-        base = PeftModel.from_pretrained(base, str(p)).merge_and_unload()
-    return base
-
-
-CHAIN_FILE = "adapter_chain.json"
 
 
 class SafeReward:
@@ -140,7 +107,7 @@ def make_reward(spec: str):
 
 
 def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list[bool],
-                    tools: tuple[str, ...] = TOOLS["research"]) -> dict:
+                    tools: tuple[str, ...] = ResearchTasks.tools) -> dict:
     """Batch means; ``answer_rate`` is the submission rate for code, ``tool_rate/<tool>`` calls per trajectory."""
     n = max(1, len(trajs))
     m = {
@@ -231,13 +198,14 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
     return stats
 
 
-def rollout_round(batch_items: list[dict], policy, browser, cfg: TrainConfig, step: int, safe_reward) -> tuple:
+def rollout_round(batch_items: list[dict], policy, browser, cfg: TrainConfig, step: int, safe_reward,
+                  tasks) -> tuple:
     """Rollouts of whole groups, then rewards, correctness, advantages (within this round's groups)
     and the dynamic filter's per-group keep flags."""
-    trajs = run_rollouts(batch_items, policy, browser, cfg)
+    trajs = tasks.run_rollouts(batch_items, policy, browser, cfg)
     results = [safe_reward(t, step) for t in trajs]
     rewards = [r.score for r in results]
-    correct = [is_correct(t, cfg) for t in trajs]
+    correct = [tasks.is_correct(t, cfg) for t in trajs]
     if cfg.algorithm == "gigpo":
         adv = gigpo_advantages(trajs, rewards, cfg.group_size, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega)
     else:
@@ -247,9 +215,12 @@ def rollout_round(batch_items: list[dict], policy, browser, cfg: TrainConfig, st
     return trajs, results, rewards, correct, adv, keep
 
 
-def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: bool = True) -> dict:
+def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: bool = True, task_type=None) -> dict:
+    """Policy-gradient RL on rollouts of ``task_type``'s tasks (default: the config's task type)."""
+    tasks = task_type or get_task_type(cfg.task_type)
+    tasks.prepare(cfg)
     out = prepare_run(cfg, resume)
-    items = load_tasks(cfg)
+    items = tasks.load_tasks(cfg)
     model, tok = setup_lora(cfg, progress=progress)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr)
@@ -270,7 +241,7 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         metrics_path.unlink()
     order = list(range(len(items)))
     random.Random(state["order_seed"]).shuffle(order)
-    browser = browser or make_browser(cfg)
+    browser = browser or tasks.make_browser(cfg)
     policy = LocalPolicy(model, tok, name=f"{cfg.model}+lora")
     history: list[dict] = []
     bar = tqdm(range(start, cfg.steps), desc="rl", disable=not progress, initial=start, total=cfg.steps)
@@ -283,9 +254,9 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
             need = cfg.prompts_per_step - (sum(keep_g) if rounds else 0)
             batch_items = []
             for _ in range(need):
-                batch_items += group_items(items[order[state["position"] % len(order)]], step, cfg)
+                batch_items += tasks.group_items(items[order[state["position"] % len(order)]], step, cfg)
                 state["position"] += 1
-            rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward)
+            rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward, tasks)
             for acc, part in zip((trajs, results, rewards, correct, adv, keep_g), rnd, strict=True):
                 acc += part
             rounds += 1
@@ -300,7 +271,7 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         model.train()
         upd = policy_update(model, opt, params, trajs, adv, chosen, cfg, tok.pad_token_id)
         model.eval()
-        row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, TOOLS[cfg.task_type]), "loss": upd["loss"], "kl": upd["kl"],
+        row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, tasks.tools), "loss": upd["loss"], "kl": upd["kl"],
                "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
                "sampling_rounds": rounds,
                "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll}
@@ -325,22 +296,6 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     summary = {"steps": cfg.steps, "final": history[-1] if history else None, "adapter": str(out / "adapter")}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
     return summary
-
-
-def save_adapter(model, final: Path) -> None:
-    """Save the trained adapter with copies of the adapters it sits on, so it loads on its own."""
-    tmp = final.with_name(f".{final.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    chain = getattr(model, "merged_chain", [])
-    for i, p in enumerate(chain):
-        for f in ("adapter_config.json", "adapter_model.safetensors"):
-            (tmp / "chain" / str(i)).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(Path(p) / f, tmp / "chain" / str(i) / f)
-    if chain:
-        (tmp / CHAIN_FILE).write_text(json.dumps([f"chain/{i}" for i in range(len(chain))]))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

@@ -11,25 +11,13 @@ import pytest
 from research_agent import prompts
 from research_agent.agent import AgentConfig, ResearchAgent, run_batch
 from research_agent.context import ContextBudgetError, managed_prompt, running_notes, split_observation
-from research_agent.policy import Generation, LocalPolicy
+from research_agent.policy import LocalPolicy
 from research_agent.trajectory import Trajectory
+from tests.doubles import ScriptedPolicy as _Scripted
 
 
-class ScriptedPolicy:
-    """Test double: replays fixed turns and records every prompt it is given."""
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer, self.name, self.turns, self.prompts = tokenizer, "scripted", list(turns), []
-
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
-        out = []
-        for p in prompts:
-            self.prompts.append(list(p))
-            text = self.turns.pop(0) if self.turns else "I am not sure."
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-            assert len(ids) <= max_new_tokens, "a scripted turn longer than a real turn could be"
-            out.append(Generation(text, ids, [-0.1] * len(ids), "stop"))
-        return out
+def ScriptedPolicy(tokenizer, turns):  # noqa: N802 - a turn longer than a real turn fails
+    return _Scripted(tokenizer, turns, strict=True)
 
 
 LONG_NOTES = "France capital Paris [factbook/fr#0]. " + " ".join(f"filler{i}" for i in range(12)) + " TAILWORD"
@@ -228,8 +216,10 @@ def test_context_is_settable_from_eval_ask_and_the_trainer():
     from eval.cli import agent_config as eval_config
     from research_agent.ask import agent_config as ask_config
     from research_agent.ask import build_parser
+    from research_agent.tasks import ResearchTasks
     from research_agent.train.config import load_config
-    from research_agent.train.rl import agent_config as train_config
+
+    train_config = ResearchTasks().agent_config
 
     cfg = eval_config(["context=managed", "context_tokens=700"])
     assert cfg.managed and cfg.context_tokens == 700 and cfg.to_dict()["context"] == "managed"

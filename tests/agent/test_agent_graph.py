@@ -8,26 +8,8 @@ from hypothesis import strategies as st
 
 from research_agent.actions import parse_action
 from research_agent.agent import AgentConfig, ResearchAgent, run_batch
-from research_agent.policy import BatchingPolicy, Generation, LocalPolicy
-
-
-class ScriptedPolicy:
-    """Test double: replays fixed turns so every tool node runs deterministically."""
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer = tokenizer
-        self.name = "scripted"
-        self.turns = list(turns)
-        self.prompts = []
-
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
-        out = []
-        for p in prompts:
-            self.prompts.append(list(p))
-            text = self.turns.pop(0) if self.turns else "I am not sure."
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-            out.append(Generation(text, ids, [-0.1] * len(ids), "stop"))
-        return out
+from research_agent.policy import BatchingPolicy, LocalPolicy
+from tests.doubles import ScriptedPolicy
 
 
 def test_scripted_run_uses_every_tool_and_keeps_a_consistent_token_stream(smol, small_browser):

@@ -7,43 +7,33 @@ import re
 
 from research_agent.agent import AgentConfig
 from research_agent.ask import main
-from research_agent.policy import Generation
 from research_agent.report import Report, ReportConfig, ReportSection, score_report, write_report
 from research_agent.trace import render_report_trace
+from tests.doubles import ScriptedPolicy
 
 CHUNK_ID = re.compile(r"\[([^\[\]\s]+#\d+)\]")
 
 
-class PromptPolicy:
-    """Test double answering by what the prompt asks, so the order of calls does not matter."""
+class PromptPolicy(ScriptedPolicy):
+    """Answers by what the prompt asks, so the order of calls does not matter."""
 
     def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.name = "prompt-scripted"
+        super().__init__(tokenizer, name="prompt-scripted")
         self.seen: list[str] = []
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
-        out = []
-        for p in prompts:
-            text = self.tokenizer.decode(p)
-            self.seen.append(text)
-            out.append(self._reply(text))
-        return out
-
-    def _reply(self, prompt: str) -> Generation:
+    def reply(self, prompt_ids: list[int]) -> str:
+        prompt = self.tokenizer.decode(prompt_ids)
+        self.seen.append(prompt)
         if "research questions" in prompt:
-            text = "1. What is the capital of France?\n2. Who won the 1998 World Cup in football?\nSure!"
-        elif "Evidence:" in prompt:
-            text = ("France is a country in Western Europe [factbook/zz#9]. Its capital is Paris. "
+            return "1. What is the capital of France?\n2. Who won the 1998 World Cup in football?\nSure!"
+        if "Evidence:" in prompt:
+            return ("France is a country in Western Europe [factbook/zz#9]. Its capital is Paris. "
                     "Dragons ruled the moon in 1200 BC. The economy")
-        elif "Summarize these notes" in prompt:
-            text = "ok"
-        elif "<result>" in prompt.rsplit("Question:", 1)[-1]:
-            text = "<answer>Paris [factbook/fr#0] [made/up#1]</answer>"
-        else:
-            text = "<search>France capital</search>"
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return Generation(text, ids, [-0.1] * len(ids), "stop")
+        if "Summarize these notes" in prompt:
+            return "ok"
+        if "<result>" in prompt.rsplit("Question:", 1)[-1]:
+            return "<answer>Paris [factbook/fr#0] [made/up#1]</answer>"
+        return "<search>France capital</search>"
 
 
 def test_structure_and_citations_are_assembled_by_code(smol, small_browser):

@@ -13,23 +13,11 @@ import subprocess
 import pytest
 
 from research_agent.agent import AgentConfig, ResearchAgent
-from research_agent.policy import Generation
 from research_agent.trace import write_trace
+from tests.doubles import ScriptedPolicy
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: apt-get install chromium")
-
-
-class _Turns:
-    """Test double: replays fixed turns so the trace has every kind of step."""
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer, self.name, self.turns = tokenizer, "scripted", list(turns)
-
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
-        text = self.turns.pop(0)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return [Generation(text, ids, [-0.1] * len(ids), "stop") for _ in prompts]
 
 
 def _chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
@@ -40,7 +28,7 @@ def _chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 def test_trace_renders_in_headless_chromium(smol, small_browser, tmp_path):
     _, tok = smol
-    policy = _Turns(tok, ["<search>capital of France</search>", "<open>factbook/fr</open>", "<find>Capital</find>",
+    policy = ScriptedPolicy(tok, ["<search>capital of France</search>", "<open>factbook/fr</open>", "<find>Capital</find>",
                           "<bogus>", "<answer>Paris <b>&</b> [factbook/fr#0] [factbook/zz#1]</answer>"])
     traj = ResearchAgent(policy, small_browser.fork(), AgentConfig(max_tool_calls=5)).run(
         "What is the capital of France?")

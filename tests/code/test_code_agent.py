@@ -7,34 +7,13 @@ import pytest
 
 from research_agent.code.agent import MAX_CONTINUATIONS, CodeAgent, CodeAgentConfig, run_code_batch
 from research_agent.code.tasks import load_tasks
-from research_agent.policy import BatchingPolicy, Generation, LocalPolicy
+from research_agent.policy import BatchingPolicy, LocalPolicy
 from rewards.code import code_shaped_reward, code_torl_reward
+from tests.doubles import ScriptedPolicy as _Scripted
 
 
-class ScriptedPolicy:
-    """Test double: replays fixed turns (per task, keyed by a word in the prompt) deterministically."""
-
-    def __init__(self, tokenizer, turns, by_task: dict[str, list[str]] | None = None):
-        self.tokenizer = tokenizer
-        self.name = "scripted"
-        self.turns = list(turns)
-        self.by_task = {k: list(v) for k, v in (by_task or {}).items()}
-        self.prompts: list[list[int]] = []
-        self.batch_sizes: list[int] = []
-        self.loop_flags: list[bool] = []
-
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False):
-        self.batch_sizes.append(len(prompts))
-        self.loop_flags.append(stop_loops)
-        out = []
-        for p in prompts:
-            self.prompts.append(list(p))
-            text = self.tokenizer.decode(p)
-            queue = next((q for key, q in self.by_task.items() if key in text), self.turns)
-            reply = queue.pop(0) if queue else "I am not sure."
-            ids = self.tokenizer.encode(reply, add_special_tokens=False)
-            out.append(Generation(reply, ids, [-0.1] * len(ids), "stop"))
-        return out
+def ScriptedPolicy(tokenizer, turns, by_task=None):  # noqa: N802
+    return _Scripted(tokenizer, turns, by_key=by_task)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from research_agent.code.env import MODES, CodeEnvironment, turn_continues
 from research_agent.code.tasks import load_tasks
 
-parse = CodeEnvironment.parse
+parse = CodeEnvironment.parse_text
 
 
 @pytest.fixture(scope="module")

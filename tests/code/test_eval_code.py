@@ -10,41 +10,32 @@ import pytest
 from eval.code import api_docs_browser, code_metrics, evaluate_code, main, rl_result, select_ids
 from eval.rundir import RunDirError
 from research_agent.code.tasks import load_tasks
-from research_agent.policy import Generation
+from tests.doubles import ScriptedPolicy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-class ModeAwarePolicy:
-    """Test double: plays each mode's natural script (search/execute first, then submit).
+class ModeAwarePolicy(ScriptedPolicy):
+    """Plays each mode's natural script (search/execute first, then submit).
 
     ``solutions`` maps a phrase of a task's prompt to the code submitted for it.
     """
 
     def __init__(self, tokenizer, solutions: dict[str, str]):
-        self.tokenizer = tokenizer
-        self.name = "scripted"
+        super().__init__(tokenizer)
         self.solutions = solutions
-        self.calls = 0
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False):
-        out = []
-        for p in prompts:
-            self.calls += 1
-            text = self.tokenizer.decode(p)
-            code = next(sol for phrase, sol in self.solutions.items() if phrase in text)
-            first = "<result>" not in text
-            if "<search>your query</search>" in text and first:
-                reply = "<search>json loads</search>"
-            elif "```submit" in text and first:
-                reply = "```python\nprint('trying')\n```\n"
-            elif "```submit" in text:
-                reply = f"```submit\n{code}\n```\n"
-            else:  # no-tools
-                reply = f"```python\n{code}\n```\n"
-            ids = self.tokenizer.encode(reply, add_special_tokens=False)
-            out.append(Generation(reply, ids, [-0.1] * len(ids), "stop"))
-        return out
+    def reply(self, prompt: list[int]) -> str:
+        text = self.tokenizer.decode(prompt)
+        code = next(sol for phrase, sol in self.solutions.items() if phrase in text)
+        first = "<result>" not in text
+        if "<search>your query</search>" in text and first:
+            return "<search>json loads</search>"
+        if "```submit" in text and first:
+            return "```python\nprint('trying')\n```\n"
+        if "```submit" in text:
+            return f"```submit\n{code}\n```\n"
+        return f"```python\n{code}\n```\n"  # no-tools
 
 
 @pytest.fixture(scope="module")
@@ -103,11 +94,11 @@ def test_all_modes_write_results_table_and_plot_and_resume(smol, tasks, docs, tm
     assert "| No tools (base) | 2 | 50.0% |" in table and "Multi-tool (base)" in table
     assert (out / "pass_at_1.png").read_bytes().startswith(PNG_MAGIC)
     assert not list(out.glob(".*"))  # no temp files left behind by the atomic writes
-    calls = policy.calls
+    calls = len(policy.prompts)
     # --compare: a whole run (every mode a row) beside one mode's results file, no generation
     cmp = tmp_path / "cmp"
     assert main(["--compare", f"base={out}", f"only={out / 'code-only' / 'results.json'}", "--out", str(cmp)]) == 0
-    assert policy.calls == calls
+    assert len(policy.prompts) == calls
     rows = [line for line in (cmp / "table.md").read_text().splitlines() if line.startswith("| base") or
             line.startswith("| only")]
     assert [r.split(" | ")[0] for r in rows] == ["| base, no tools", "| base, code only", "| base, multi-tool",
@@ -118,11 +109,11 @@ def test_all_modes_write_results_table_and_plot_and_resume(smol, tasks, docs, tm
     assert main(["--compare", str(tmp_path / "bad.json"), "--out", str(cmp)]) == 2
 
     again = evaluate_code(tasks, policy, docs, ["no-tools"], out, run_info=info, progress=False)
-    assert policy.calls == calls and again["modes"]["no-tools"]["pass_at_1"] == 0.5  # resumed, nothing rerun
+    assert len(policy.prompts) == calls and again["modes"]["no-tools"]["pass_at_1"] == 0.5  # resumed, nothing rerun
     # modes that never read the docs resume whatever docs index a later invocation names
     other_docs = {**info, "docs": "/somewhere/else"}
     again = evaluate_code(tasks, policy, docs, ["code-only"], out, run_info=other_docs, progress=False)
-    assert policy.calls == calls and again["modes"]["code-only"]["pass_at_1"] == 0.5
+    assert len(policy.prompts) == calls and again["modes"]["code-only"]["pass_at_1"] == 0.5
     with pytest.raises(RunDirError, match="docs"):
         evaluate_code(tasks, policy, docs, ["multi-tool"], out, run_info=other_docs, progress=False)
     with pytest.raises(RunDirError, match="different run"):
@@ -194,7 +185,7 @@ def test_cli_runs_a_tiny_real_model_and_reports_clear_errors(smol, tmp_path, cap
         main([*argv[:-3], "--out", str(tmp_path / "y"), "--rl-run", str(out), "--quiet"]) == 2
     )  # a base run is no after-RL result
     assert "without --adapter" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--set expects"):
+    with pytest.raises(SystemExit, match="--set: expected name=value"):
         main([*argv, "--set", "temperature"])
     assert main([*argv[:-3], "--ids", "B0001,B9999", "--out", str(tmp_path / "z"), "--quiet"]) == 2
     assert "B9999" in capsys.readouterr().err and not (tmp_path / "z").exists()
@@ -225,10 +216,10 @@ def test_rescore_retests_saved_submissions_without_generating(smol, tasks, tmp_p
             row["gold"]["passed"] = False
             row["steps"][-1]["info"].update(passed=False, error="ModuleNotFoundError: No module named 'x'")
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    calls = policy.calls
+    calls = len(policy.prompts)
 
     summary = rescore(out, progress=False)
-    assert policy.calls == calls  # nothing generated
+    assert len(policy.prompts) == calls  # nothing generated
     assert summary["modes"]["no-tools"]["pass_at_1"] == 0.5 and summary["rescored"]
     mode = json.loads((out / "no-tools" / "results.json").read_text())
     assert mode["rescore_flips"] == 1 and mode["metrics"]["pass_at_1"] == 0.5
@@ -281,7 +272,7 @@ def test_runs_made_before_loop_stopping_resume_only_without_it(tmp_path, capsys)
 
     assert config_from_pairs(["stop_loops=false"]).stop_loops is False
     assert config_from_pairs(["stop_loops=True", "max_turns=3"]) == CodeAgentConfig(max_turns=3)
-    with pytest.raises(SystemExit, match="not true or false"):
+    with pytest.raises(SystemExit, match="is not a boolean"):
         config_from_pairs(["stop_loops=maybe"])
     new = CodeAgentConfig(mode="code-only").to_dict()
     old = {k: v for k, v in new.items() if k != "stop_loops"}
@@ -341,7 +332,7 @@ def test_a_stop_saves_the_task_in_flight_skips_the_rest_and_resumes(smol, tasks,
     assert not (tmp_path / "no-tools" / "results.json").exists()  # no metrics over half a run
     policy = ModeAwarePolicy(tok, solutions)
     summary = evaluate_code(tasks, policy, docs, ["no-tools"], tmp_path, run_info=info, progress=False)
-    assert policy.calls == 1 and summary["modes"]["no-tools"]["n"] == 2  # only the skipped task ran
+    assert len(policy.prompts) == 1 and summary["modes"]["no-tools"]["n"] == 2  # only the skipped task ran
 
 
 def test_first_signal_asks_for_a_drain_not_an_exit():

@@ -165,8 +165,10 @@ def test_limit_and_seed_give_prefix_stable_subsets(tmp_path):
 
 
 def test_factbook_splits_are_the_trainers_held_out_sets():
+    from research_agent.tasks import ResearchTasks
     from research_agent.train.config import TrainConfig
-    from research_agent.train.task_types import load_tasks
+
+    load_tasks = ResearchTasks().load_tasks
 
     test, spec = load_benchmark("factbook-test")
     dev, _ = load_benchmark("factbook-dev")

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 from research_agent.agent import AgentConfig, ResearchAgent
-from research_agent.policy import Generation
+from tests.doubles import ScriptedPolicy as _Scripted
 
 
-class ScriptedPolicy:
-    """Test double for the model: the point here is the backend, so the actions are fixed."""
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer, self.name, self.turns = tokenizer, "scripted", list(turns)
-
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
-        text = self.turns.pop(0)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return [Generation(text, ids, [0.0] * len(ids), "stop")]
+def ScriptedPolicy(tokenizer, turns):  # noqa: N802
+    return _Scripted(tokenizer, turns, logprob=0.0)
 
 
 def test_agent_answers_through_the_live_backend_and_replays_identically(live, web, smol, tmp_path):

@@ -13,29 +13,18 @@ import pytest
 import torch
 
 from research_agent.code.tasks import load_tasks as load_code_tasks
-from research_agent.policy import Generation
+from research_agent.tasks import CodeTasks
 from research_agent.train.algorithms import group_advantages
 from research_agent.train.checkpoint import ResumeError, checkpoints
 from research_agent.train.config import ConfigError, TrainConfig, load_config
 from research_agent.train.rl import make_reward, policy_update, rollout_metrics, setup_lora, train_rl
-from research_agent.train.task_types import TOOLS, group_items, is_correct, make_browser, run_rollouts
+from tests.doubles import ScriptedPolicy as _Scripted
 
 
-class ScriptedPolicy:
-    """Test double: replays fixed turns per task (keyed by a phrase of its prompt), whatever the batching."""
+def ScriptedPolicy(tokenizer, by_task):  # noqa: N802 - replies keyed by a phrase of each task's prompt
+    return _Scripted(tokenizer, by_key=by_task, logprob=-0.3)
 
-    def __init__(self, tokenizer, by_task: dict[str, list[str]]):
-        self.tokenizer, self.name = tokenizer, "scripted"
-        self.by_task = {k: list(v) for k, v in by_task.items()}
-
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False):
-        out = []
-        for p in prompts:
-            text = self.tokenizer.decode(p)
-            reply = next(q for key, q in self.by_task.items() if key in text).pop(0)
-            ids = self.tokenizer.encode(reply, add_special_tokens=False)
-            out.append(Generation(reply, ids, [-0.3] * len(ids), "stop"))
-        return out
+CODE = CodeTasks()
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +61,9 @@ def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, 
         "sorted ascending": ["```python\nprint(sum([1, 2]))\n```\n", "```submit\ndef task_func(xs):\n    return xs\n```\n"],
         "reversed": ["<search>json dumps</search>", f"```submit\n{rev.meta['reference']}\n```\n"],
     })
-    items = group_items(sort, 0, cfg) + group_items(rev, 0, cfg)
+    items = CODE.group_items(sort, 0, cfg) + CODE.group_items(rev, 0, cfg)
     assert [i["id"] for i in items] == ["Tiny/0::s0g0", "Tiny/1::s0g0"]
-    trajs = run_rollouts(items, policy, make_browser(cfg), cfg)  # the trainer's dispatch to the code graph
+    trajs = CODE.run_rollouts(items, policy, CODE.make_browser(cfg), cfg)  # the trainer's dispatch to the code graph
     assert [[s.action for s in t.steps] for t in trajs] == [["execute", "submit"], ["search", "submit"]]
     assert "3" in trajs[0].steps[0].observation
     assert "json" in trajs[1].steps[0].observation  # a real docs hit came back
@@ -84,9 +73,9 @@ def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, 
         assert obs > 0 and len(t.token_ids) == t.generated_tokens + obs
     reward = make_reward(cfg.reward)
     rewards = [reward(t).score for t in trajs]
-    correct = [is_correct(t, cfg) for t in trajs]
+    correct = [CODE.is_correct(t, cfg) for t in trajs]
     assert rewards == [0.0, 1.0] and correct == [False, True]
-    m = rollout_metrics(trajs, rewards, correct, TOOLS["code"])
+    m = rollout_metrics(trajs, rewards, correct, CODE.tools)
     assert m["pass_rate"] == 0.5 and m["answer_rate"] == 1.0
     assert (m["tool_rate/execute"], m["tool_rate/search"], m["tool_rate/submit"]) == (0.5, 0.5, 1.0)
 
@@ -145,7 +134,7 @@ def test_task_type_fields_map_from_toml_and_flags_and_bad_values_say_what_to_use
     assert (cfg.task_type, cfg.tasks, cfg.code_mode, cfg.docs_modules) == (
         "code", "dataframebench:val", "code-only", ["json", "re"])
     assert cfg.reward == "code_torl" and cfg.max_new_tokens == 256 and cfg.max_total_tokens == 4096
-    assert make_browser(cfg) is None  # code-only rollouts have no docs to search
+    assert CODE.make_browser(cfg) is None  # code-only rollouts have no docs to search
     research, _ = load_config([])
     assert (research.task_type, research.reward, research.max_new_tokens) == ("research", "f1_penalty", 48)
     with pytest.raises(SystemExit, match="task_type must be one of research, code, not 'kode'"):
@@ -154,9 +143,8 @@ def test_task_type_fields_map_from_toml_and_flags_and_bad_values_say_what_to_use
         TrainConfig(task_type="code", code_mode="all-tools")
     with pytest.raises(ConfigError, match="stage must be rl or sft"):
         TrainConfig(task_type="code", stage="dpo")
-    from research_agent.train.task_types import load_tasks
 
-    dfb = load_tasks(TrainConfig(task_type="code"))  # the default: DataFrameBench's train split
+    dfb = CODE.load_tasks(TrainConfig(task_type="code"))  # the default: DataFrameBench's train split
     assert len(dfb) > 500 and all(t.source == "dataframebench:train" for t in dfb)
     with pytest.raises(SystemExit, match="unknown task spec 'mbpp'"):
-        load_tasks(TrainConfig(task_type="code", tasks="mbpp"))
+        CODE.load_tasks(TrainConfig(task_type="code", tasks="mbpp"))

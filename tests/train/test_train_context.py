@@ -10,24 +10,16 @@ import pytest
 import torch
 
 from research_agent.agent import AgentConfig, ResearchAgent
-from research_agent.policy import Generation
 from research_agent.train import rl
 from research_agent.train.config import TrainConfig
 from research_agent.train.rl import policy_update, setup_lora
 from research_agent.train.sft import render_examples, train_sft
 from synth.trajectories import export_sft, load_trajectories
+from tests.doubles import ScriptedPolicy as _Scripted
 
 
-class ScriptedPolicy:
-    """Test double replaying fixed turns, so the trajectories fed to the update are known."""
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer, self.name, self.turns = tokenizer, "scripted", list(turns)
-
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
-        text = self.turns.pop(0)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return [Generation(text, ids, [-0.5] * len(ids), "stop")]
+def ScriptedPolicy(tokenizer, turns):  # noqa: N802
+    return _Scripted(tokenizer, turns, logprob=-0.5)
 
 
 MANAGED = AgentConfig(context="managed", context_tokens=700, max_new_tokens=48, search_k=1, snippet_chars=120)

@@ -8,23 +8,15 @@ import pytest
 import torch
 
 from research_agent.agent import ResearchAgent
-from research_agent.policy import Generation
 from research_agent.train.checkpoint import ResumeError
 from research_agent.train.config import TrainConfig, load_config
 from research_agent.train.rl import SafeReward, policy_update, setup_lora, train_rl
 from research_agent.train.sft import render_example, train_sft
+from tests.doubles import ScriptedPolicy as _Scripted
 
 
-class ScriptedPolicy:
-    """Test double replaying fixed turns, so the trajectories fed to the update are known."""
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer, self.name, self.turns = tokenizer, "scripted", list(turns)
-
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None):
-        text = self.turns.pop(0)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return [Generation(text, ids, [-0.5] * len(ids), "stop")]
+def ScriptedPolicy(tokenizer, turns):  # noqa: N802
+    return _Scripted(tokenizer, turns, logprob=-0.5)
 
 
 def _trajectories(tok, browser):
@@ -209,9 +201,9 @@ def test_help_lists_every_field(capsys):
 def test_rl_on_top_of_sft_keeps_the_sft_policy_as_reference_and_reloads(tmp_path):
     from peft import LoraConfig, get_peft_model
 
+    from research_agent.adapters import save_adapter
     from research_agent.models import load_model
     from research_agent.policy import load_policy
-    from research_agent.train.rl import save_adapter
 
     # an "SFT" adapter with non-zero weights
     base, tok = load_model("smollm2-135m", progress=False)

@@ -1,0 +1,58 @@
+"""Every prompt string of the code agent, in one place (the research agent's are ``research_agent.prompts``).
+
+The tools are seed 004's, as plain text: ``<search>`` for API documentation, a ```python block to run
+code, a ```submit block to have the task's tests run on the solution.
+"""
+
+from __future__ import annotations
+
+NO_TOOLS_SYSTEM = (
+    "You are a Python expert. Solve the task by writing the complete solution in one "
+    "```python code block. Do not write anything after the code block."
+)
+
+TOOLS_HELP = {
+    "search": "1. Search documentation, when you are unsure about an API:\n<search>your query</search>\n"
+    "Example: <search>Counter most_common</search>",
+    "execute": "{n}. Execute code, to test ideas or inspect results (you see stdout and the error's last line):\n"
+    "```python\n# your code\nprint(result)\n```",
+    "submit": "{n}. Submit your final solution to be tested (this ends the task):\n"
+    "```submit\ndef your_solution(...):\n    ...\n```",
+}
+TOOLS_SYSTEM = (
+    "You are a Python expert. You have {count} tools available:\n{tools}\nWrite exactly one tool call per turn. "
+    "{strategy}Test your code with ```python before submitting with ```submit. You can use tools in any order "
+    "and multiple times. Each run starts fresh: include imports and definitions every time."
+)
+SEARCH_STRATEGY = "Strategy: search the docs BEFORE writing code if you are unsure about an API. "
+TASK = "{prompt}\n\nThe tests call `{entry_point}`."
+
+# After a clean run that defines the entry point. Untrained instruct models (qwen2.5-coder-0.5b,
+# code-only, first 49 test tasks) ran a working solution, saw it work and ran it again until the budget
+# was gone: 43 % never submitted. The note names the next step without judging the code.
+# The same model then wrote an empty ```submit block, meaning "submit that": it submits the last code
+# that ran and defined the entry point, as a stateful submit tool does.
+SUBMIT_HINT = (
+    "The code ran without errors. If `{name}` does what the task asks, submit it: an empty ```submit "
+    "block submits the code you last ran."
+)
+
+# Observations: inline (appended to the model's own turn) or inside the chat template's user turn.
+OBSERVATION = "\n<result>\n{body}\n</result>\n"
+CHAT_OBSERVATION = "{before}<result>\n{body}\n</result>{after}"
+NO_CALLS_LEFT = "You have no tool calls left. Submit your solution now with ```submit."
+LAST_TURN = "This is your last turn: submit your solution now with ```submit."
+CALLS_LEFT = "({n} tool calls left)"
+
+# Tool results.
+NO_OUTPUT = "(no output)"
+RUN_ERROR = "Error: {error}"
+TESTS_PASSED = "All tests passed."
+TESTS_FAILED = "Tests failed: {error}"
+INVALID_ACTION = "Invalid action: {error}"
+NO_DOCS = "Documentation search is not available."
+NO_DOCS_FOUND = "No documentation found. Try different keywords."
+SEARCH_ERROR = "Search error: {error}"
+EMPTY_SUBMIT = (
+    "the ```submit block was empty and no code defining `{name}` has run yet; write your solution inside the block"
+)

@@ -1,0 +1,150 @@
+"""One way from flags, ``name=value`` pairs and TOML/YAML files to a config dataclass.
+
+``ask``, ``synth``, ``train``, ``eval qa`` and ``eval code`` all build their config here, so a
+setting is spelled and parsed the same way everywhere: booleans are strict (``true/false/1/0/
+yes/no/on/off``; anything else is an error naming the field, where a bare ``bool("no")`` would be
+True), numbers must parse as their field's type, an unknown name is an error listing the fields,
+and a file that is missing or malformed is one clear message, before any model loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+TRUE = ("true", "1", "yes", "on")
+FALSE = ("false", "0", "no", "off")
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, has the wrong type, or a config file cannot be read."""
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """Each field's resolved type, with ``X | None`` reduced to ``X``."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+            args = [a for a in typing.get_args(kind) if a is not type(None)]
+            kind = args[0] if len(args) == 1 else str
+        out[f.name] = kind
+    return out
+
+
+def parse_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
+        return value.strip().lower() in TRUE
+    raise ConfigError(f"{name}: {value!r} is not a boolean (use true/false, yes/no, 1/0 or on/off)")
+
+
+def coerce(name: str, kind: Any, value: Any) -> Any:
+    """``value`` (a string from the command line, or a TOML/YAML value) as a field of type ``kind``."""
+    if value is None:
+        return None
+    if kind is bool:
+        return parse_bool(name, value)
+    if typing.get_origin(kind) is list or kind is list:
+        if isinstance(value, str):
+            return [x.strip() for x in value.split(",") if x.strip()]
+        if isinstance(value, list | tuple) and all(isinstance(x, str) for x in value):
+            return list(value)
+        raise ConfigError(f"{name}: {value!r} is not a list of names (write a,b,c)")
+    if kind in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{name}: {value!r} is not a number")
+        try:
+            number = kind(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}: {value!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if kind is int and isinstance(value, float) and value != number:
+            raise ConfigError(f"{name}: {value!r} is not an integer")
+        return number
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{name}: {value!r} is not a string")
+    return value
+
+
+def build(cls: type, values: dict[str, Any], base: Any = None) -> Any:
+    """An instance of ``cls`` from ``values`` (over ``base``'s values when given), each coerced to its type."""
+    kinds = field_types(cls)
+    unknown = sorted(set(values) - set(kinds))
+    if unknown:
+        raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                          f"the settings are: {', '.join(kinds)}")
+    merged = {f.name: getattr(base, f.name) for f in dataclasses.fields(cls)} if base is not None else {}
+    merged.update({k: coerce(k, kinds[k], v) for k, v in values.items()})
+    try:
+        return cls(**merged)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:  # __post_init__ refusing a combination of settings
+        raise ConfigError(str(e)) from None
+
+
+def parse_pairs(pairs: list[str] | None) -> dict[str, str]:
+    """``["name=value", ...]`` as a dict; a pair without ``=`` is an error."""
+    out = {}
+    for pair in pairs or []:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"expected name=value, got {pair!r}")
+        out[name.strip().replace("-", "_")] = raw
+    return out
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    """The settings of a TOML (or, by extension, YAML) file: a table of ``name = value``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        else:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    except Exception as e:  # tomllib.TOMLDecodeError, yaml.YAMLError: the parser's message says where
+        raise ConfigError(f"config file {path} is not valid {path.suffix.lstrip('.').upper() or 'TOML'}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold name = value settings, not a {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type, only: tuple[str, ...] | None = None,
+              skip: tuple[str, ...] = ()) -> None:
+    """``--field-name`` for each field (strings, parsed later by ``build``; unset flags stay None)."""
+    for f in dataclasses.fields(cls):
+        if f.name in skip or (only is not None and f.name not in only):
+            continue
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        text = f.metadata.get("help", "")
+        text = f"{text} (default: {default})" if text else f"default: {default}"
+        flag, help_text = "--" + f.name.replace("_", "-"), text.replace("%", "%%")  # argparse formats help with %
+        if isinstance(default, bool):  # a bare --flag means true; --flag false turns it off
+            parser.add_argument(flag, dest=f.name, default=None, nargs="?", const="true", metavar="BOOL",
+                                help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, metavar="VALUE", help=help_text)
+
+
+def flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` that were given as flags."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+            if getattr(args, f.name, None) is not None}

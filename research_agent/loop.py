@@ -1,0 +1,277 @@
+"""The agent loop: one LangGraph graph, compiled once, that drives any ``Environment``.
+
+policy → (tool → policy)* → final → end.  The policy node generates one turn, the environment
+parses it into a step; a tool step runs in the tool node and its observation goes back into the
+stream; an invalid step is told why; a final step (the research agent's answer, the code agent's
+submission) ends the episode in the final node.  Each node returns a ``Command`` naming the next
+node, so the possible transitions are in the type.
+
+What differs between research and code lives in the environment: the opening messages, how a turn
+parses into an action, what running an action returns, what ends the episode.  What is the same
+lives here once: the turn and token limits, the generation call (and its continuation past a quote
+when the environment asks for it), observation truncation, the token stream and its mask (written
+only by ``Trajectory.append_turn`` / ``append_observation``), the recursion limit, and the batch
+runner that pushes many episodes through one ``BatchingPolicy``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Literal, Protocol, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
+
+from .policy import BatchingPolicy, Generation
+from .trajectory import Step, Trajectory
+
+# Calls after the first that one turn may take to get past quoted ``` blocks (each re-reads the context).
+MAX_CONTINUATIONS = 3
+
+Observation = tuple[str, str]  # (body, note): the body is truncated to the token budget, the note never is
+
+
+class Environment(Protocol):
+    """One episode's world: what the model is told, what its turns mean, what its actions return.
+
+    ``config`` carries the limits the loop applies: ``max_turns``, ``max_new_tokens``,
+    ``max_total_tokens``, ``temperature``, ``observation_tokens``.
+    """
+
+    config: Any
+    tokenizer: Any
+    stop_strings: list[str]
+    stop_loops: bool  # end a turn once it loops (``policy.ends_in_loop``)
+    managed: bool  # each step's prompt is rebuilt (managed context) rather than the whole stream
+    turn_limit: int  # policy turns before the episode stops unfinished
+    window: int  # tokens a turn's prompt and completion may hold together
+
+    def new_trajectory(self) -> Trajectory:
+        """The opening messages as a prompt; raises ValueError when the episode cannot start."""
+
+    def failed_trajectory(self, error: str) -> Trajectory:
+        """The record of an episode that could not start (stop_reason "error")."""
+
+    def prompt(self, traj: Trajectory) -> list[int]:
+        """What the model sees for its next turn."""
+
+    def continues(self, text: str) -> bool:
+        """Should a turn that stopped at a stop string go on (a quote, not an action)?"""
+
+    def parse(self, traj: Trajectory, gen: Generation, prompt: list[int], continued: int,
+              seconds: float) -> tuple[Step, Any]:
+        """The turn as a step, and the action the tool or final node will carry out."""
+
+    def is_final(self, step: Step) -> bool:
+        """Does this step end the episode (answer, submission)?"""
+
+    def invalid(self, traj: Trajectory, step: Step, action: Any) -> Observation:
+        """What the model is told about a turn that parsed as no valid action."""
+
+    def act(self, traj: Trajectory, step: Step, action: Any) -> Observation:
+        """Run a tool action."""
+
+    def finish(self, traj: Trajectory, step: Step, action: Any) -> Observation | None:
+        """Carry out the final action; an observation (e.g. the test verdict) or None."""
+
+    def wrap(self, body: str) -> str:
+        """The observation text as it enters the token stream."""
+
+
+class EpisodeState(TypedDict):
+    traj: Trajectory
+    env: Any
+    policy: Any
+    on_step: Callable[[Trajectory, Step], None] | None
+    pending: Any  # the action the policy chose, for the tool or final node
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+# ---- exit conditions, named ---------------------------------------------------------------------
+def exceeded_turns(traj: Trajectory, env: Environment) -> bool:
+    return len(traj.steps) >= env.turn_limit
+
+
+def exceeded_tokens(traj: Trajectory, env: Environment) -> bool:
+    """Full context only: the stream is the prompt, so it must leave room for a turn."""
+    return not env.managed and len(traj.prompt_ids) + len(traj.token_ids) >= env.config.max_total_tokens - 8
+
+
+def chat_prompt_ids(tokenizer, messages: list[dict], max_total_tokens: int, what: str) -> list[int]:
+    """The opening messages through the chat template; the prompt may take half the token budget."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    ids = list(ids)
+    if len(ids) > max_total_tokens // 2:
+        raise ValueError(f"{what} is too long ({len(ids)} prompt tokens; at most {max_total_tokens // 2} "
+                         f"with max_total_tokens={max_total_tokens})")
+    return ids
+
+
+# ---- nodes --------------------------------------------------------------------------------------
+def policy_node(state: EpisodeState) -> Command[Literal["tool", "final", "policy", "__end__"]]:
+    traj, env = state["traj"], state["env"]
+    if exceeded_turns(traj, env):
+        traj.stop_reason = "max_turns"
+        return Command(goto=END)
+    if exceeded_tokens(traj, env):
+        traj.stop_reason = "max_tokens"
+        return Command(goto=END)
+    prompt = env.prompt(traj)
+    budget = min(env.config.max_new_tokens, env.window - len(prompt))
+    t0 = _now()
+    gen, continued = generate_turn(state["policy"], env, prompt, budget)
+    step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
+    traj.append_turn(step)
+    if env.is_final(step):
+        return Command(goto="final", update={"pending": action})
+    if not step.valid:
+        observe(state, step, env.invalid(traj, step, action))
+        return Command(goto="policy", update={"pending": None})
+    return Command(goto="tool", update={"pending": action})
+
+
+def tool_node(state: EpisodeState) -> Command[Literal["policy"]]:
+    traj, env = state["traj"], state["env"]
+    step = traj.steps[-1]
+    t0 = _now()
+    obs = env.act(traj, step, state["pending"])
+    step.seconds += _now() - t0
+    observe(state, step, obs)
+    return Command(goto="policy", update={"pending": None})
+
+
+def final_node(state: EpisodeState) -> Command[Literal["__end__"]]:
+    traj, env = state["traj"], state["env"]
+    step = traj.steps[-1]
+    t0 = _now()
+    obs = env.finish(traj, step, state["pending"])
+    step.seconds += _now() - t0
+    if obs is None:
+        _emit(state, step)
+    else:
+        observe(state, step, obs)
+    return Command(goto=END)
+
+
+def generate_turn(policy, env: Environment, prompt: list[int], budget: int) -> tuple[Generation, int]:
+    """One policy turn, continued past stop strings the environment reads as no action's end.
+
+    Each continuation is a new call on the turn so far, so its tokens and log-probs are exactly
+    what the model produced; the turn's finish reason is the last call's.
+    """
+    text, ids, lps, reason, continued = "", [], [], "stop", 0
+    while True:
+        gen = policy.generate([prompt + ids], max_new_tokens=budget - len(ids), temperature=env.config.temperature,
+                              stop=env.stop_strings, stop_loops=env.stop_loops)[0]
+        text, ids, lps, reason = text + gen.text, ids + list(gen.token_ids), lps + list(gen.logprobs), gen.finish_reason
+        done = reason != "stop" or len(ids) >= budget or not gen.token_ids or continued == MAX_CONTINUATIONS
+        if done or not env.continues(text):
+            return Generation(text, ids, lps, reason), continued
+        continued += 1
+
+
+def observe(state: EpisodeState, step: Step, obs: Observation) -> None:
+    """Append an observation; the body is truncated to the budget, the note never is."""
+    env, (body, note) = state["env"], obs
+    tok = env.tokenizer
+    ids = tok.encode(body, add_special_tokens=False)
+    if len(ids) > env.config.observation_tokens:
+        body = tok.decode(ids[: env.config.observation_tokens]) + " ...(truncated)"
+    if note:
+        body = f"{body}\n{note}"
+    text = env.wrap(body)
+    state["traj"].append_observation(step, text, tok.encode(text, add_special_tokens=False))
+    _emit(state, step)
+
+
+def _emit(state: EpisodeState, step: Step) -> None:
+    if state["on_step"] is not None:
+        state["on_step"](state["traj"], step)
+
+
+def _build():
+    g = StateGraph(EpisodeState)
+    g.add_node("policy", policy_node)
+    g.add_node("tool", tool_node)
+    g.add_node("final", final_node)
+    g.add_edge(START, "policy")
+    return g.compile()
+
+
+_GRAPH = None
+_GRAPH_LOCK = threading.Lock()
+
+
+def graph():
+    """The compiled graph, built on first use and shared by every episode and thread."""
+    global _GRAPH
+    with _GRAPH_LOCK:
+        if _GRAPH is None:
+            _GRAPH = _build()
+    return _GRAPH
+
+
+# ---- entry points -------------------------------------------------------------------------------
+def run_episode(policy, env: Environment, traj: Trajectory | None = None,
+                on_step: Callable[[Trajectory, Step], None] | None = None) -> Trajectory:
+    """Run one episode to its end; ``traj`` (from ``env.new_trajectory()``) may be given to resume none."""
+    traj = traj if traj is not None else env.new_trajectory()
+    t0 = _now()
+    state = {"traj": traj, "env": env, "policy": policy, "on_step": on_step, "pending": None}
+    graph().invoke(state, {"recursion_limit": 3 * env.config.max_turns + 5})
+    traj.meta["seconds"] = _now() - t0
+    return traj
+
+
+def run_episodes(items: list[Any], policy, make_env: Callable[[Any, int], Environment], *,
+                 progress: bool = True, on_result: Callable[[Trajectory], None] | None = None,
+                 concurrency: int = 8, stop: threading.Event | None = None, desc: str = "trajectories",
+                 unit: str = "q") -> list[Trajectory]:
+    """Run many episodes concurrently through one batched policy; results in input order.
+
+    ``make_env(item, index)`` gives each episode its own environment (and so its own browser
+    state).  An episode that cannot even start (empty or too long a prompt) yields a trajectory
+    with stop_reason "error" instead of aborting the batch.  Once ``stop`` is set, episodes not yet
+    started are skipped (left out of the results) while those in flight run to the end and reach
+    ``on_result``.  A ``BatchingPolicy`` made here is closed when the batch ends.
+    """
+    from tqdm import tqdm
+
+    own = not isinstance(policy, BatchingPolicy)
+    batched = BatchingPolicy(policy, max_batch=concurrency) if own else policy
+    results: list[Trajectory | None] = [None] * len(items)
+
+    def one(i: int) -> Trajectory | None:
+        if stop is not None and stop.is_set():
+            return None
+        env = make_env(items[i], i)
+        try:
+            return run_episode(batched, env)
+        except ValueError as e:  # the prompt cannot start (empty, too long): this episode only
+            return env.failed_trajectory(str(e))
+
+    bar = tqdm(total=len(items), desc=desc, disable=not progress, unit=unit)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            futures = {pool.submit(one, i): i for i in range(len(items))}
+            for fut in as_completed(futures):
+                traj = fut.result()
+                if traj is None:  # skipped after a stop
+                    continue
+                results[futures[fut]] = traj
+                if on_result is not None:
+                    on_result(traj)
+                bar.update(1)
+    finally:
+        bar.close()
+        if own:
+            batched.close()
+    return [r for r in results if r is not None]

@@ -1,0 +1,256 @@
+"""Task types: everything a trainer needs to know about a kind of task, handed to it as one object.
+
+A task type says where tasks come from, how G rollout items are made of one task, which
+environment runs them (through the one agent loop), which browser that environment searches, the
+default reward, what counts as correct, which tools are worth counting, and where supervised
+examples come from.  The trainer (``research_agent.train``) takes one of these — as TRL's
+``GRPOTrainer`` takes a ``rollout_func`` or an environment — and never asks which kind it has, so a
+third kind of task is a third class here, not a branch in the trainer.
+
+A config here is any object with the trainer's fields (``TrainConfig``): ``tasks``, ``split``,
+``corpus``, ``retrieval_url``, the turn/token limits, ``group_size``, ``concurrency`` ...
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+from corpus.files import read_jsonl
+
+from .trajectory import Trajectory
+
+DEFAULT_CODE_TASKS = "dataframebench:train"
+
+
+class TaskSetupError(SystemExit):
+    """The tasks named by the config cannot be loaded (said in the user's terms)."""
+
+
+def default_task_file() -> Path:
+    """The shipped Factbook question set (train / dev / test splits)."""
+    return Path(__file__).resolve().parent / "data" / "factbook_qa.jsonl"
+
+
+def _limits(cfg: Any) -> dict[str, Any]:
+    return dict(max_turns=cfg.max_turns, max_tool_calls=cfg.max_tool_calls, max_new_tokens=cfg.max_new_tokens,
+                max_total_tokens=cfg.max_total_tokens, temperature=cfg.temperature)
+
+
+class ResearchTasks:
+    """Questions answered with search / open / find over a corpus; correct when F1 ≥ the threshold."""
+
+    name: ClassVar[str] = "research"
+    # Config fields left unset take these: F1 + action penalty (seed 003), short fast-template turns.
+    defaults: ClassVar[dict[str, Any]] = {"reward": "f1_penalty", "max_new_tokens": 48, "max_total_tokens": 1024,
+                                          "max_tool_calls": 3}
+    tools: ClassVar[tuple[str, ...]] = ("search", "open", "find")
+
+    def prepare(self, cfg: Any) -> None:
+        """Checks before any model loads (nothing for research tasks)."""
+
+    def load_tasks(self, cfg: Any) -> list[dict]:
+        path = cfg.tasks or str(default_task_file())
+        items = read_jsonl(path, required=("question",), split=cfg.split or None)
+        if not items:
+            raise TaskSetupError(f"no tasks with split {cfg.split!r} in {path}")
+        return items
+
+    def make_browser(self, cfg: Any) -> Any:
+        from corpus import open_browser
+
+        return open_browser(corpus=cfg.corpus, retrieval_url=cfg.retrieval_url)
+
+    def agent_config(self, cfg: Any) -> Any:
+        from .agent import AgentConfig
+
+        return AgentConfig(template=cfg.template, context=cfg.context, context_tokens=cfg.context_tokens,
+                           notes_tokens=cfg.notes_tokens, **_limits(cfg))
+
+    def group_items(self, task: dict, step: int, cfg: Any) -> list[dict]:
+        """The G rollout items of one task at one step; ids name task, step and sample."""
+        return [{**task, "id": f"{task.get('id', '')}::s{step}g{g}"} for g in range(cfg.group_size)]
+
+    def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
+        from .agent import run_batch
+
+        return run_batch(items, policy, browser, self.agent_config(cfg), progress=False,
+                         concurrency=cfg.concurrency)
+
+    def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
+        from rewards.qa import token_f1
+
+        return token_f1(traj.answer, traj.gold.get("answers", [])) >= cfg.pass_threshold
+
+    def check_sft(self, cfg: Any) -> None:
+        """Before any model loads: SFT needs an export to learn from."""
+        if not cfg.tasks:
+            raise TaskSetupError("--stage sft needs --tasks SFT.jsonl (from `python -m synth sft-export`)")
+
+    def sft_examples(self, tok, cfg: Any, out: Path, resume: bool, progress: bool
+                     ) -> tuple[list[tuple[list[int], list[int]]], int]:
+        """Exported trajectories (``synth sft-export``) rendered with the student's tokenizer."""
+        examples, skipped = [], 0
+        for r in load_sft_records(cfg.tasks):
+            found = render_examples(tok, r, cfg)
+            examples += found
+            skipped += not found
+        return examples, skipped
+
+
+class CodeTasks:
+    """Programming tasks solved with search docs / execute / submit; correct when the tests pass."""
+
+    name: ClassVar[str] = "code"
+    # Code turns hold whole functions and DataFrameBench prompts run to ~800 tokens; the seed's reward
+    # shaping (ToRL's is "code_torl"); the tool cap counts search + execute (submit is never capped).
+    defaults: ClassVar[dict[str, Any]] = {"reward": "code_shaped", "max_new_tokens": 512, "max_total_tokens": 4096,
+                                          "max_tool_calls": 4}
+    tools: ClassVar[tuple[str, ...]] = ("search", "execute", "submit")
+
+    def prepare(self, cfg: Any) -> None:
+        """Rollouts run model-written code: refuse a sandbox that cannot contain it, unless told."""
+        from .code.sandbox import SandboxError, require_contained
+
+        try:
+            level = require_contained(cfg.allow_unsafe_sandbox)
+        except SandboxError as e:
+            raise TaskSetupError(f"error: {e}") from None
+        print(f"code sandbox: {level}", file=sys.stderr)
+
+    def load_tasks(self, cfg: Any) -> list[Any]:
+        """``CodeTask``s from the same loaders and specs as ``eval code``."""
+        from .code.tasks import load_tasks as load_code_tasks
+
+        spec = cfg.tasks or DEFAULT_CODE_TASKS
+        try:
+            tasks = load_code_tasks(spec)
+        except ValueError as e:  # TaskSourceError included: a bad spec or file, said in the user's terms
+            raise TaskSetupError(f"error: {e}") from None
+        if not tasks:
+            raise TaskSetupError(f"no code tasks in {spec}")
+        return tasks
+
+    def make_browser(self, cfg: Any) -> Any:
+        """API docs for multi-tool (the cached corpus ``eval code`` uses too, so a policy is evaluated
+        against the documentation it learned to search); no browser for the other modes."""
+        if cfg.code_mode != "multi-tool":
+            return None
+        if cfg.retrieval_url:
+            from corpus import open_browser
+
+            return open_browser("remote", retrieval_url=cfg.retrieval_url)
+        from .code.apidocs import api_docs_browser
+
+        return api_docs_browser(cfg.corpus, cfg.docs_modules or None)
+
+    def agent_config(self, cfg: Any) -> Any:
+        from .code.agent import CodeAgentConfig
+
+        return CodeAgentConfig(mode=cfg.code_mode, **_limits(cfg))
+
+    def group_items(self, task: Any, step: int, cfg: Any) -> list[dict]:
+        return [{"id": f"{task.id}::s{step}g{g}", "task": task} for g in range(cfg.group_size)]
+
+    def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
+        from .code.agent import run_code_batch
+
+        return run_code_batch(items, policy, browser, self.agent_config(cfg), progress=False,
+                              concurrency=cfg.concurrency)
+
+    def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
+        return bool(traj.gold.get("passed"))
+
+    def check_sft(self, cfg: Any) -> None:
+        """Code SFT needs no export: the tasks' reference solutions are demonstrated."""
+
+    def sft_examples(self, tok, cfg: Any, out: Path, resume: bool, progress: bool
+                     ) -> tuple[list[tuple[list[int], list[int]]], int]:
+        """Demonstrations replayed from the tasks' reference solutions through the live code agent
+        (``code.demos``) into OUT/demos.jsonl, kept on --resume so an interrupted build continues."""
+        from .code.demos import build_demos
+
+        path = Path(out) / "demos.jsonl"
+        if not resume and path.exists():
+            path.unlink()
+        demos = build_demos(self.load_tasks(cfg), tok, self.agent_config(cfg), path,
+                            docs_browser=self.make_browser(cfg), limit=cfg.demo_tasks, recovery=cfg.demo_recovery,
+                            progress=progress)
+        examples, skipped = [], 0
+        for traj in demos:
+            for ids, mask in traj.sequences():
+                if len(ids) <= cfg.max_total_tokens and any(mask):
+                    examples.append((ids, mask))
+                else:
+                    skipped += 1
+        return examples, skipped
+
+
+TASK_TYPES: dict[str, Any] = {t.name: t for t in (ResearchTasks(), CodeTasks())}
+
+
+def get_task_type(name: str) -> Any:
+    if name not in TASK_TYPES:
+        raise ValueError(f"task_type must be one of {', '.join(TASK_TYPES)}, not {name!r}")
+    return TASK_TYPES[name]
+
+
+# ---- research SFT records, rendered as the agent renders a live episode -------------------------
+def render_example(tok, record: dict, template: str | None = None, max_tokens: int = 1024
+                   ) -> tuple[list[int], list[int]] | None:
+    """(input_ids, loss_mask) for one exported trajectory, or None when it does not fit."""
+    from . import prompts
+
+    msgs = prompts.messages(record["question"], template or record.get("template", "fast"))
+    prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+    if hasattr(prompt, "input_ids"):
+        prompt = prompt["input_ids"]
+    ids, mask = list(prompt), [0] * len(prompt)
+    for turn in record["turns"]:
+        c = tok.encode(turn["completion"], add_special_tokens=False)
+        ids += c
+        mask += [1] * len(c)
+        if turn.get("observation"):
+            o = tok.encode(turn["observation"], add_special_tokens=False)
+            ids += o
+            mask += [0] * len(o)
+    if len(ids) > max_tokens or not any(mask):
+        return None
+    return ids, mask
+
+
+def render_managed(tok, record: dict, template: str | None, cfg: Any) -> list[tuple[list[int], list[int]]]:
+    """One (input_ids, loss_mask) per turn of a managed-context record, each within the window."""
+    from .context import ContextBudgetError, managed_prompt
+
+    out: list[tuple[list[int], list[int]]] = []
+    done_c: list[str] = []
+    done_o: list[str] = []
+    for turn in record["turns"]:
+        try:
+            prompt = managed_prompt(tok, record["question"], done_c, done_o,
+                                    template=template or record.get("template", "fast"),
+                                    context_tokens=cfg.context_tokens, notes_tokens=cfg.notes_tokens,
+                                    reserve=cfg.max_new_tokens)
+        except ContextBudgetError:
+            return []
+        c = tok.encode(turn["completion"], add_special_tokens=False)
+        if c and len(prompt) + len(c) <= cfg.context_tokens:
+            out.append((prompt + c, [0] * len(prompt) + [1] * len(c)))
+        done_c.append(turn["completion"])
+        done_o.append(turn.get("observation", ""))
+    return out
+
+
+def render_examples(tok, record: dict, cfg: Any) -> list[tuple[list[int], list[int]]]:
+    """The training examples of one exported record, in the context mode it was recorded in."""
+    if record.get("context") == "managed":
+        return render_managed(tok, record, cfg.template, cfg)
+    example = render_example(tok, record, cfg.template, cfg.max_total_tokens)
+    return [example] if example else []
+
+
+def load_sft_records(path: str) -> list[dict]:
+    """The records of a ``synth sft-export`` file; broken lines are skipped and counted."""
+    return read_jsonl(path, required=("turns", "question"))
