@@ -37,3 +37,21 @@ def smol():
     from research_agent.models import load_model
 
     return load_model("smollm2-135m", progress=False)
+
+
+@pytest.fixture(scope="session")
+def json_docs_dir(tmp_path_factory):
+    """A real API-docs corpus over one small module (json), built once with the project's own builder."""
+    from research_agent.code.apidocs import api_docs_browser
+
+    path = tmp_path_factory.mktemp("apidocs") / "api-docs"
+    api_docs_browser(path, ["json"], retriever="bm25", progress=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def json_docs(json_docs_dir):
+    """A BM25 browser over ``json_docs_dir`` (fork it per trajectory)."""
+    from corpus import open_corpus
+
+    return open_corpus(json_docs_dir, retriever="bm25")

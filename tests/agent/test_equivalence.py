@@ -19,17 +19,13 @@ FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "equivalence.jso
 
 
 @pytest.fixture(scope="module")
-def recorded(smol, small_browser, small_corpus_dir, tmp_path_factory):
-    from corpus import build_corpus, open_corpus
-    from research_agent.code.apidocs import api_documents
+def recorded(smol, small_browser, small_corpus_dir, json_docs, tmp_path_factory):
     from research_agent.code.tasks import load_tasks
 
     work = tmp_path_factory.mktemp("equivalence")
-    docs = work / "api-docs"
-    build_corpus(out=docs, documents=list(api_documents(["json"], progress=False)), progress=False)
     model, tok = smol
-    result = record(model, tok, small_browser, small_corpus_dir, open_corpus(docs, retriever="bm25"),
-                    load_tasks("humaneval", limit=2), work)
+    result = record(model, tok, small_browser, small_corpus_dir, json_docs.fork(), load_tasks("humaneval", limit=2),
+                    work)
     return json.loads(json.dumps(result))  # as the recording was stored (tuples become lists)
 
 

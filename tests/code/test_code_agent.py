@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from research_agent.code.agent import MAX_CONTINUATIONS, CodeAgent, CodeAgentConfig, run_code_batch
-from research_agent.code.tasks import load_tasks
 from research_agent.policy import BatchingPolicy, LocalPolicy
 from rewards.code import code_shaped_reward, code_torl_reward
 from tests.doubles import ScriptedPolicy as _Scripted
@@ -17,19 +16,13 @@ def ScriptedPolicy(tokenizer, turns, by_task=None):  # noqa: N802
 
 
 @pytest.fixture(scope="module")
-def tasks():
-    return load_tasks("humaneval", limit=2)
+def tasks(humaneval_two):
+    return humaneval_two
 
 
 @pytest.fixture(scope="module")
-def docs_browser(tmp_path_factory):
-    """A real API-docs corpus over one small module (json), built with the project's own builder."""
-    from corpus import build_corpus, open_corpus
-    from research_agent.code.apidocs import api_documents
-
-    out = tmp_path_factory.mktemp("apidocs") / "api-docs"
-    build_corpus(out=out, documents=list(api_documents(["json"], progress=False)), progress=False)
-    return open_corpus(out, retriever="bm25")
+def docs_browser(json_docs):
+    return json_docs
 
 
 def _fenced(kind: str, code: str) -> str:

@@ -39,16 +39,13 @@ class ModeAwarePolicy(ScriptedPolicy):
 
 
 @pytest.fixture(scope="module")
-def tasks():
-    return load_tasks("dataframebench:test", limit=2)
+def tasks(dataframebench_two):
+    return dataframebench_two
 
 
 @pytest.fixture(scope="module")
-def docs(tmp_path_factory):
-    path = tmp_path_factory.mktemp("docs") / "api-docs"
-    browser = api_docs_browser(path, ["json"], retriever="bm25", progress=False)
-    assert (path / "manifest.json").exists()
-    return browser
+def docs(json_docs_dir):
+    return api_docs_browser(json_docs_dir, ["json"], retriever="bm25", progress=False)
 
 
 def _policy(tok, tasks):
