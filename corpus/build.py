@@ -25,7 +25,14 @@ from corpus.documents import LINE_WIDTH, Document
 from corpus.embed import Embedder
 from corpus.index import INDEX_TYPES, SparseIndex, new_dense_index, read_dense, write_dense
 from corpus.presets import preset_documents, preset_parts, preset_source_hashes
-from corpus.sources import Skips, file_source_hashes, path_documents
+from corpus.sources import (
+    MAX_JSON_DEPTH,
+    Skips,
+    file_source_hashes,
+    json_depth,
+    path_documents,
+    writable_json,
+)
 from corpus.store import (
     CHUNKS,
     DENSE,
@@ -93,6 +100,12 @@ def _unique(docs: Iterable, skips: Skips, taken: set[str]) -> Iterator[Document]
             skips.add(repr(doc.title)[:80], "document without an id")
         elif not isinstance(doc.text, str) or not doc.text.strip():
             skips.add(doc.id, "empty document (no text)")
+        elif not isinstance(doc.meta, dict) or json_depth(doc.meta) > MAX_JSON_DEPTH:
+            skips.add(repr(doc.id)[:80], f"meta is not a dict nested at most {MAX_JSON_DEPTH} levels deep")
+        elif not writable_json([doc.id, doc.title, doc.text, doc.url, doc.links, doc.meta]):
+            skips.add(
+                repr(doc.id)[:80], "cannot be written as UTF-8 JSON (a lone surrogate, or a non-JSON value)"
+            )
         elif doc.id in taken:
             skips.add(doc.id, "duplicate document id (the first one is kept)")
         else:

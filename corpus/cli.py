@@ -37,6 +37,24 @@ def _dir_and(args_list: list[str]) -> tuple[Path, list[str]]:
     return _default_dir(), args_list
 
 
+def _argv_text(value: str, what: str) -> str:
+    """An argument as text: bytes of argv that are not UTF-8 (kept by Python as lone surrogates,
+    which the tokenizer and the JSON writer refuse) become U+FFFD, with a note on stderr."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        clean = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a surrogate that no undecodable byte made
+        clean = value.encode("utf-8", "replace").decode("utf-8")
+    print(
+        f"note: the {what} has bytes that are not UTF-8; they are read as U+FFFD: {clean!r}", file=sys.stderr
+    )
+    return clean
+
+
 def _cmd_build(a) -> int:
     from corpus.build import build_corpus
     from corpus.store import build_lock
@@ -82,9 +100,10 @@ def _cmd_search(a) -> int:
     if len(rest) != 1:
         print('error: usage: python -m corpus search [DIR] "query"', file=sys.stderr)
         return 2
+    query = _argv_text(rest[0], "query")
     browser = LocalBrowser(root, retriever=a.mode)
     t0 = time.perf_counter()
-    hits = browser.search(rest[0], k=a.k)
+    hits = browser.search(query, k=a.k)
     dt = time.perf_counter() - t0
     if a.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
@@ -106,9 +125,9 @@ def _cmd_open(a) -> int:
         print("error: usage: python -m corpus open [DIR] DOC_ID", file=sys.stderr)
         return 2
     browser = LocalBrowser(root)
-    page = browser.open(rest[0], page=a.page)
+    page = browser.open(_argv_text(rest[0], "document id"), page=a.page)
     if a.find:
-        for m in browser.find(a.find, regex=a.regex):
+        for m in browser.find(_argv_text(a.find, "pattern"), regex=a.regex):
             print(f"L{m.line_no}: {m.text}    [{m.chunk_id}]")
         return 0
     print(f"{page.title} — {page.doc_id} {page.url}")
