@@ -210,6 +210,7 @@ def compare_code_runs(entries: list[str], out_dir: str | Path) -> str:
 # ---- running ----------------------------------------------------------------------------------
 # Agent-config fields added after runs were made, at the value that reproduces those runs.
 LEGACY_AGENT_CONFIG = {
+    "test_feedback": False,  # runs made before the option: a submission ended the task
     "observation_format": "inline",
     "stop_loops": False,
     "submit_hint": False,
@@ -227,6 +228,7 @@ def _comparable(run: dict[str, Any]) -> dict[str, Any]:
         if run.get("mode") == "no-tools":
             cfg.pop("observation_format", None)
             cfg.pop("submit_hint", None)
+            cfg.pop("test_feedback", None)  # one turn: its submission is final either way
     return {**run, "agent_config": cfg}
 
 

@@ -190,6 +190,9 @@ class ResearchEnvironment:
                                          semantic=self.config.semantic_citations))
         return None
 
+    def done(self, traj: Trajectory) -> bool:
+        return False  # only the answer ends a research episode
+
     def wrap(self, body: str) -> str:
         return prompts.OBSERVATION.format(body=body)
 

@@ -77,6 +77,9 @@ class Environment(Protocol):
     def finish(self, traj: Trajectory, step: Step, action: Any) -> Observation | None:
         """Carry out the final action; an observation (e.g. the test verdict) or None."""
 
+    def done(self, traj: Trajectory) -> bool:
+        """After a tool action: has the episode ended (e.g. a submission with test feedback passed)?"""
+
     def wrap(self, body: str) -> str:
         """The observation text as it enters the token stream."""
 
@@ -138,13 +141,15 @@ def policy_node(state: EpisodeState) -> Command[Literal["tool", "final", "policy
     return Command(goto="tool", update={"pending": action})
 
 
-def tool_node(state: EpisodeState) -> Command[Literal["policy"]]:
+def tool_node(state: EpisodeState) -> Command[Literal["policy", "__end__"]]:
     traj, env = state["traj"], state["env"]
     step = traj.steps[-1]
     t0 = _now()
     obs = env.act(traj, step, state["pending"])
     step.seconds += _now() - t0
     observe(state, step, obs)
+    if env.done(traj):
+        return Command(goto=END, update={"pending": None})
     return Command(goto="policy", update={"pending": None})
 
 

@@ -4,6 +4,8 @@ Two schemes: the seed's shaping (pass = 1.0; a failed attempt that searched the 
 0.05·min(searches, 3) to encourage looking things up; no submission at all = −0.1), and ToRL's
 (+1 pass / −1 fail, −0.5 more when any executed code raised, to teach writing code that runs).
 A submit step records info {"passed": bool}; an execute step records info {"ok": bool, "error": ...}.
+With test feedback an episode may submit several times: the last submission is scored, and the
+breakdown counts the submissions, so a hacking monitor can see "submit until it passes" loops.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ def code_shaped_reward(traj: Any) -> RewardResult:
     else:
         score = 0.05 * min(searches, 3)
     return RewardResult(
-        score, {"passed": float(passed), "submitted": float(submitted), "searches": float(searches)}
+        score,
+        {"passed": float(passed), "submitted": float(submitted), "searches": float(searches),
+         "submissions": float(len(_submissions(traj)))},  # a monitor's view of submit-until-it-passes loops
     )
 
 
@@ -46,4 +50,5 @@ def code_torl_reward(traj: Any) -> RewardResult:
         for s in traj.steps
     )
     score = (1.0 if passed else -1.0) - (0.5 if errored else 0.0)
-    return RewardResult(score, {"passed": float(passed), "execution_error": float(errored)})
+    return RewardResult(score, {"passed": float(passed), "execution_error": float(errored),
+                                "submissions": float(len(_submissions(traj)))})

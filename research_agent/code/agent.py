@@ -83,6 +83,16 @@ class CodeAgentConfig:
         },
     )
 
+    test_feedback: bool = field(
+        default=False,
+        metadata={
+            "help": "the seed's run-tests tool: a failed submission is answered with the failing tests "
+            "(names and each one's last line) and 'fix your code and submit again', the episode goes on "
+            "while turns remain, and the last submission is scored. false (the default until the three-mode "
+            "table is measured with it): a submission ends the task, pass or fail, as every code result so far"
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")

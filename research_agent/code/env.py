@@ -120,6 +120,10 @@ class CodeEnvironment:
         self.task = task
         self.submit_hint = submit_hint if config is None else config.submit_hint
         self.config, self.tokenizer, self.model, self.id = config, tokenizer, model, id or task.id
+        # the seed's "run tests" tool: a failed submission is answered and the episode goes on (tool
+        # modes only: no-tools has one turn, so its submission is final either way)
+        self.feedback = bool(config is not None and config.test_feedback and config.mode != "no-tools")
+        self.last_result = None  # the ExecResult of the last submission's tests
         self.docs_browser = docs_browser
         self.limits = limits  # execute
         self.test_limits = test_limits  # submit: the task's tests
@@ -145,7 +149,8 @@ class CodeEnvironment:
     def new_trajectory(self) -> Trajectory:
         cfg = self.config
         question = self.task_message(self.task)
-        msgs = [{"role": "system", "content": self.instructions(cfg.mode)}, {"role": "user", "content": question}]
+        msgs = [{"role": "system", "content": self.instructions(cfg.mode, self.feedback)},
+                {"role": "user", "content": question}]
         prompt_ids = chat_prompt_ids(self.tokenizer, msgs, cfg.max_total_tokens, f"task {self.task.id}")
         meta = {"task_type": "code", "mode": cfg.mode, "model": self.model, "config": cfg.to_dict()}
         return Trajectory(question=question, id=self.id, gold=task_gold(self.task), prompt_ids=prompt_ids, meta=meta)
@@ -176,7 +181,10 @@ class CodeEnvironment:
         return step, (action, argument)
 
     def is_final(self, step: Step) -> bool:
-        return step.action == "submit"
+        return step.action == "submit" and not self.feedback
+
+    def done(self, traj: Trajectory) -> bool:
+        return self.feedback and traj.stop_reason == "submit"
 
     def invalid(self, traj: Trajectory, step: Step, action: tuple[str, str]) -> tuple[str, str]:
         body, _, _ = self.run("invalid", step.error or "")
@@ -184,6 +192,8 @@ class CodeEnvironment:
 
     def act(self, traj: Trajectory, step: Step, action: tuple[str, str]) -> tuple[str, str]:
         name, argument = action
+        if name == "submit":  # with test feedback: a tool whose answer is the verdict
+            return self._submit_with_feedback(traj, step, argument)
         if used_calls(traj) > self.config.max_tool_calls:  # the current step already counts
             step.error = "tool call limit reached"
             step.info["refused"] = True
@@ -206,6 +216,24 @@ class CodeEnvironment:
         # the test verdict is shown (and masked out), so a multi-episode learner sees why it failed
         return body, ""
 
+    def _submit_with_feedback(self, traj: Trajectory, step: Step, code: str) -> tuple[str, str]:
+        """Test the submission; it becomes the answer (the last one is scored). A pass ends the
+        episode; a failure shows which tests failed and why, and the model may fix and resubmit."""
+        body, info, _ = self.run("submit", code)
+        step.info.update(info, submission=traj.count("submit"))
+        traj.answer = code
+        traj.gold["passed"] = bool(info.get("passed"))
+        last_turn = len(traj.steps) >= self.config.turn_limit
+        if info.get("passed"):
+            traj.stop_reason = "submit"
+            return body, ""
+        if "passed" not in info:  # not tested (an empty submission with nothing run): an invalid action
+            return body, self.budget_note(traj)
+        if last_turn:
+            traj.stop_reason = "submit"
+        details = failure_details(self.last_result) if self.last_result is not None else body
+        return prompts.TESTS_FAIL.format(details=details), self.budget_note(traj)
+
     def budget_note(self, traj: Trajectory) -> str:
         """What the model must know about its remaining budget (never truncated away)."""
         cfg = self.config
@@ -224,14 +252,16 @@ class CodeEnvironment:
 
     # ---- prompts -------------------------------------------------------------------------------
     @staticmethod
-    def instructions(mode: str) -> str:
-        """System prompt for ``mode`` (seed 004's agent prompt, cut down to the tools the mode allows)."""
+    def instructions(mode: str, feedback: bool = False) -> str:
+        """System prompt for ``mode`` (seed 004's agent prompt, cut down to the tools the mode allows);
+        with ``feedback`` the submit tool is described as answering with the failing tests."""
         if mode == "no-tools":
             return prompts.NO_TOOLS_SYSTEM
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         tools = ["search", "execute", "submit"] if mode == "multi-tool" else ["execute", "submit"]
-        parts = [prompts.TOOLS_HELP[t].format(n=i) for i, t in enumerate(tools, 1)]
+        helps = {**prompts.TOOLS_HELP, **({"submit": prompts.SUBMIT_FEEDBACK_HELP} if feedback else {})}
+        parts = [helps[t].format(n=i) for i, t in enumerate(tools, 1)]
         strategy = prompts.SEARCH_STRATEGY if mode == "multi-tool" else ""
         return prompts.TOOLS_SYSTEM.format(count=len(tools), tools="\n".join(parts), strategy=strategy)
 
@@ -321,7 +351,7 @@ class CodeEnvironment:
             if error:
                 return prompts.INVALID_ACTION.format(error=error), {}, False
             res = run_tests(self.task, argument, self.test_limits)
-            self.submitted, self.passed = argument, res.ok
+            self.submitted, self.passed, self.last_result = argument, res.ok, res
             body = prompts.TESTS_PASSED if res.ok else prompts.TESTS_FAILED.format(error=res.error or "unknown error")
             info = {"passed": res.ok, "error": res.error, "sanitized": sanitized_away(self.task, argument)}
             return truncate(body, OBSERVATION_CHARS), info, True
@@ -357,6 +387,31 @@ class CodeEnvironment:
                 text = hit.snippet
             blocks.append(f"[{hit.title}]\n{truncate(text.strip(), HIT_CHARS)}")
         return truncate("\n\n".join(blocks), OBSERVATION_CHARS), {"hits": [h.chunk_id for h in hits]}, False
+
+
+_UNITTEST_HEADER = re.compile(r"^(FAIL|ERROR): (\S+)", re.M)
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+MAX_FAILURES_SHOWN = 5
+FAILURE_LINE_CHARS = 240
+
+
+def failure_details(result: Any) -> str:
+    """Which tests failed and each failure's last line (ToRL shows the model only the last line):
+    unittest's FAIL/ERROR blocks by test name, else the error of the test script; bounded in length."""
+    stderr = getattr(result, "stderr", "") or ""
+    lines = []
+    for block in re.split(r"(?m)^={20,}$", stderr):
+        head = _UNITTEST_HEADER.search(block)
+        if head is None:
+            continue
+        body = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.startswith("-" * 20)]
+        exc = [ln for ln in body if _EXCEPTION.match(ln)]
+        why = exc[-1] if exc else (body[-1] if len(body) > 1 else "")
+        lines.append(f"{head.group(2)}: {why}"[:FAILURE_LINE_CHARS])
+    if not lines:
+        return (getattr(result, "error", None) or "the tests failed")[:FAILURE_LINE_CHARS]
+    more = len(lines) - MAX_FAILURES_SHOWN
+    return "\n".join(lines[:MAX_FAILURES_SHOWN] + ([f"... and {more} more failing tests"] if more > 0 else []))
 
 
 def task_gold(task: CodeTask) -> dict[str, Any]:

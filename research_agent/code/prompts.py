@@ -19,6 +19,11 @@ TOOLS_HELP = {
     "submit": "{n}. Submit your final solution to be tested (this ends the task):\n"
     "```submit\ndef your_solution(...):\n    ...\n```",
 }
+# With test feedback (the default), the seed's "run tests" tool: a failing submission is answered.
+SUBMIT_FEEDBACK_HELP = (
+    "{n}. Submit your solution to be tested: you see PASS, or FAIL with the failing tests, and can fix "
+    "it and submit again:\n```submit\ndef your_solution(...):\n    ...\n```"
+)
 TOOLS_SYSTEM = (
     "You are a Python expert. You have {count} tools available:\n{tools}\nWrite exactly one tool call per turn. "
     "{strategy}Test your code with ```python before submitting with ```submit. You can use tools in any order "
@@ -49,6 +54,7 @@ NO_OUTPUT = "(no output)"
 RUN_ERROR = "Error: {error}"
 TESTS_PASSED = "All tests passed."
 TESTS_FAILED = "Tests failed: {error}"
+TESTS_FAIL = "FAIL:\n{details}\nFix your code and submit again."
 INVALID_ACTION = "Invalid action: {error}"
 NO_DOCS = "Documentation search is not available."
 NO_DOCS_FOUND = "No documentation found. Try different keywords."

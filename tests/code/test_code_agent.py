@@ -109,13 +109,52 @@ def test_wrong_solution_fails_and_erroring_code_is_recorded(smol, tasks, docs_br
             _fenced("submit", task.meta["stub"] + "    return False\n"),
         ],
     )
-    traj = CodeAgent(policy, task, docs_browser.fork(), CodeAgentConfig()).run()
+    traj = CodeAgent(policy, task, docs_browser.fork(), CodeAgentConfig()).run()  # a submission ends the task
     assert traj.steps[1].info["ok"] is False and "ZeroDivisionError" in traj.steps[1].observation
     assert traj.steps[-1].info["passed"] is False and "Tests failed" in traj.steps[-1].observation
     assert traj.gold["passed"] is False and traj.stop_reason == "submit"
     _stream_matches_prompts(policy, traj)
     assert code_shaped_reward(traj).score == pytest.approx(0.05)  # failed, but searched once
     assert code_torl_reward(traj).score == -1.5  # failed, and executed code raised
+
+
+def test_test_feedback_answers_a_failing_submission_and_the_last_one_is_scored(smol, tasks):
+    _, tok = smol
+    task = tasks[0]
+    wrong, right = task.meta["stub"] + "    return False\n", task.meta["reference"]
+    policy = ScriptedPolicy(tok, [_fenced("submit", wrong), _fenced("submit", right)])
+    traj = CodeAgent(policy, task, None, CodeAgentConfig(mode="code-only", test_feedback=True)).run()
+    first, second = traj.steps
+    assert (first.action, second.action) == ("submit", "submit")
+    assert first.info["passed"] is False and first.info["submission"] == 1
+    assert "FAIL:" in first.observation and "Fix your code and submit again" in first.observation
+    assert "submit again" in tok.decode(traj.prompt_ids)  # the system prompt says the tool answers
+    assert second.info["passed"] is True and traj.gold["passed"] is True and traj.answer.strip() == right.strip()
+    assert traj.stop_reason == "submit"
+    _stream_matches_prompts(policy, traj)
+    assert code_shaped_reward(traj).components["submissions"] == 2.0
+
+    again = ScriptedPolicy(tok, [_fenced("submit", wrong), _fenced("submit", wrong)])
+    traj = CodeAgent(again, task, None, CodeAgentConfig(mode="code-only", max_turns=2, test_feedback=True)).run()
+    assert [s.action for s in traj.steps] == ["submit", "submit"] and traj.stop_reason == "submit"
+    assert traj.gold["passed"] is False and "Fix your code" in traj.steps[-1].observation
+
+
+def test_failure_details_name_each_failing_unittest_and_its_last_line():
+    from research_agent.code.env import failure_details
+    from research_agent.code.sandbox import run_python
+
+    script = (
+        "import unittest\n"
+        "class T(unittest.TestCase):\n"
+        "    def test_ok(self): self.assertEqual(1, 1)\n"
+        "    def test_sum(self): self.assertEqual(sum([1, 2]), 4)\n"
+        "    def test_boom(self): raise KeyError('col')\n"
+        "unittest.main()\n"
+    )
+    details = failure_details(run_python(script))
+    assert "test_sum" in details and "AssertionError: 3 != 4" in details
+    assert "test_boom" in details and "KeyError: 'col'" in details and "test_ok" not in details
 
 
 def test_malformed_turns_become_observations_and_turn_limit_ends_the_run(smol, tasks):
