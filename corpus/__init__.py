@@ -9,7 +9,10 @@ matches = browser.find("Capital")        # lines of the opened document
 ```
 
 The default corpus lives in ``$RESEARCH_AGENT_CORPUS`` or ``<cache>/corpora/default`` and is built
-once, on first use, from the ``default`` preset.
+once, on first use, from the ``default`` preset, in two phases (``corpus.staged``): the chunks and
+BM25 index first (seconds to a minute), searched at once, then the dense index in a detached
+background process (minutes).  Until it is done ``open_corpus`` searches BM25; the first open after
+it uses hybrid search.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from corpus.build import add_documents, build_corpus
 from corpus.documents import Chunk, Document
 from corpus.local import LocalBrowser
-from corpus.store import MANIFEST, CorpusError, build_lock, rebuild_command
+from corpus.store import MANIFEST, CorpusError, build_lock, dense_pending, rebuild_command
 
 __all__ = [
     "Chunk",
@@ -49,16 +52,20 @@ def default_corpus_dir() -> Path:
 
 
 def _build_default(path: Path) -> None:
-    """Build the default corpus at ``path`` once, even when several processes ask at the same time."""
+    """Build the chunks and BM25 index of the default corpus at ``path`` once, even when several
+    processes ask at the same time (the dense index follows: ``corpus.staged``)."""
+    from corpus.staged import build_sparse
+
     with build_lock(path):
         if (path / MANIFEST).exists():  # another process built it while we waited
             return
         print(
-            f"building the default corpus at {path} (once; later runs load it in seconds) ...",
+            f"building the default corpus at {path}: chunks and BM25 first (once; about a minute), "
+            "the dense index in the background after ...",
             file=sys.stderr,
             flush=True,
         )
-        build_corpus(out=path, preset="default", progress=True)
+        build_sparse(path, preset="default", progress=True)
 
 
 BACKENDS = ("local", "live", "remote")
@@ -89,7 +96,11 @@ def open_corpus(
 ) -> LocalBrowser:
     """A ``LocalBrowser`` over the corpus at ``path`` (None: the default corpus, built on first use).
 
-    An explicit ``path`` that is not a corpus raises ``CorpusError`` naming the command that builds it.
+    A corpus whose dense index is still being built is searched by BM25 (an explicit
+    ``retriever="dense"`` is a ``CorpusError`` saying so); unless ``build_if_missing`` is False, its
+    dense build is started in the background when no process is running it, and one line on
+    stderr says so.  An explicit ``path`` that is not a corpus raises ``CorpusError`` naming the
+    command that builds it.
     """
     if path is None:
         target = default_corpus_dir()
@@ -100,5 +111,11 @@ def open_corpus(
                     f"{rebuild_command(target)}"
                 )
             _build_default(target)
-        return LocalBrowser(target, retriever=retriever)
-    return LocalBrowser(Path(path).expanduser(), retriever=retriever)
+    else:
+        target = Path(path).expanduser()
+    browser = LocalBrowser(target, retriever=retriever)
+    if dense_pending(browser.manifest) and build_if_missing:
+        from corpus.staged import resume_dense_build
+
+        print(resume_dense_build(target), file=sys.stderr, flush=True)
+    return browser

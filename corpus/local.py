@@ -4,6 +4,9 @@ The loaded corpus (documents, chunk offsets, FAISS and BM25 indexes, the embedde
 read-only; which document is open is per browser.  The agent runs trajectories concurrently: give
 each trajectory its own ``browser.fork()`` (cheap) so one trajectory's ``open`` never changes
 another's ``find``.  ``search`` is safe from many threads at once.
+
+A corpus whose dense index is still being built (a staged build, ``corpus.staged``) is searched
+by BM25: hybrid falls back to it, and dense is refused with a ``CorpusError`` saying it is building.
 """
 
 from __future__ import annotations
@@ -21,7 +24,17 @@ from corpus.browser import DocumentNotFound, FindMatch, Hit, NoDocumentOpen, Pag
 from corpus.documents import LINE_WIDTH, Chunk, Document, Line, chunk_id, split_chunk_id, wrap_lines
 from corpus.embed import Embedder, embedder_name
 from corpus.index import SparseIndex, dense_search, read_dense, rrf_fuse
-from corpus.store import CHUNKS, DENSE, SPARSE, CorpusError, read_chunk_rows, read_documents, read_manifest
+from corpus.store import (
+    CHUNKS,
+    DENSE,
+    SPARSE,
+    CorpusError,
+    dense_pending,
+    dense_pending_message,
+    read_chunk_rows,
+    read_documents,
+    read_manifest,
+)
 from corpus.store import rebuild_command as _rebuild
 
 MODES = ("dense", "bm25", "hybrid")
@@ -39,7 +52,7 @@ class _Corpus:
 
     def __init__(self, path: Path, embedder: str | None, mmap: bool):
         self.path = path
-        self.manifest = read_manifest(path)
+        self.manifest = read_manifest(path, dense_pending_ok=True)
         rebuild = _rebuild(path, self.manifest)
         built_with = self.manifest["embedder"].get("name")
         if embedder is not None and embedder_name(embedder) != built_with:
@@ -57,18 +70,7 @@ class _Corpus:
             self.title_index.setdefault(d.title.casefold(), i)
         self._load_chunks(read_chunk_rows(path, self.manifest), rebuild)
         n = len(self.chunk_doc)
-        try:
-            self.dense = read_dense(path / DENSE, mmap=mmap)
-        except Exception as e:
-            raise CorpusError(
-                f"corrupt corpus at {path}: {DENSE} cannot be read ({e}). Rebuild it with: {rebuild}"
-            ) from e
-        dim = self.manifest["embedder"].get("dim")
-        if self.dense.ntotal != n or self.dense.d != dim:
-            raise CorpusError(
-                f"corrupt corpus at {path}: {DENSE} holds {self.dense.ntotal} vectors of dimension {self.dense.d}, "
-                f"expected {n} of dimension {dim}. Rebuild it with: {rebuild}"
-            )
+        self.dense = None if dense_pending(self.manifest) else self._load_dense(n, mmap, rebuild)
         try:
             self.sparse = SparseIndex.load(path / SPARSE, mmap=mmap)
         except Exception as e:
@@ -83,6 +85,21 @@ class _Corpus:
         self._embedder: Embedder | None = None
         self._embedder_lock = threading.Lock()
         self._lines: dict[int, list[Line]] = {}
+
+    def _load_dense(self, n: int, mmap: bool, rebuild: str):
+        try:
+            dense = read_dense(self.path / DENSE, mmap=mmap)
+        except Exception as e:
+            raise CorpusError(
+                f"corrupt corpus at {self.path}: {DENSE} cannot be read ({e}). Rebuild it with: {rebuild}"
+            ) from e
+        dim = self.manifest["embedder"].get("dim")
+        if dense.ntotal != n or dense.d != dim:
+            raise CorpusError(
+                f"corrupt corpus at {self.path}: {DENSE} holds {dense.ntotal} vectors of dimension {dense.d}, "
+                f"expected {n} of dimension {dim}. Rebuild it with: {rebuild}"
+            )
+        return dense
 
     def _load_chunks(self, rows: list[tuple[str, int, int, int]], rebuild: str) -> None:
         n = len(rows)
@@ -166,6 +183,10 @@ class LocalBrowser:
         self._c = _shared or _Corpus(Path(path).expanduser(), embedder, mmap)
         self.path: Path = self._c.path
         self.manifest: dict = self._c.manifest
+        if self._c.dense is None:
+            if retriever == "dense":
+                raise CorpusError(dense_pending_message(self.path))
+            retriever = "bm25"
         self.retriever = retriever
         self.page_lines = page_lines
         self.snippet_chars = snippet_chars
@@ -205,6 +226,10 @@ class LocalBrowser:
         if mode not in MODES:
             raise QueryError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
         query = query.strip()
+        if self._c.dense is None:
+            if mode == "dense":
+                raise QueryError(dense_pending_message(self.path))
+            mode = "bm25"  # hybrid, until the dense index is built
         if mode == "dense":
             ranked = self._dense(query, k)
         elif mode == "bm25":

@@ -11,6 +11,11 @@ DIR/bm25/             the bm25s index over the same chunks
 A build writes everything into a temporary sibling directory and renames it into place, so a
 reader sees the old corpus or the new one, never half of one.  Loading checks the manifest and the
 files and raises ``CorpusError`` saying what is wrong and which command rebuilds the corpus.
+
+A staged build (``corpus.staged``) publishes the corpus without ``dense.faiss`` first, its manifest
+saying ``"index": {"dense_status": "building", ...}``, and adds the dense index later: the FAISS
+file is renamed into place, then the manifest loses the mark.  ``read_manifest`` refuses such a
+corpus unless the caller can search it by BM25 alone (``dense_pending_ok=True``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ CHUNKS = "chunks.jsonl"
 DENSE = "dense.faiss"
 SPARSE = "bm25"
 MAX_SKIPS_RECORDED = 1000
+# manifest["index"]["dense_status"] of a corpus whose dense index is not there yet
+DENSE_BUILDING = "building"
 
 
 class CorpusError(RuntimeError):
@@ -87,8 +94,31 @@ def now_iso() -> str:
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def read_manifest(path: str | Path) -> dict:
-    """The manifest of the corpus at ``path``, checked; raises ``CorpusError`` with the fix."""
+def dense_pending(manifest: dict) -> bool:
+    """Whether the corpus of ``manifest`` still waits for its dense index (a staged build)."""
+    return (manifest.get("index") or {}).get("dense_status") == DENSE_BUILDING
+
+
+def dense_log_path(out: Path) -> Path:
+    """Where the background build of ``out``'s dense index writes its log (beside ``out``)."""
+    return out.parent / f"{out.name}.dense-build.log"
+
+
+def dense_pending_message(root: Path) -> str:
+    """What to tell a user who needs the dense index of ``root`` while it is still missing."""
+    running = "is being built in the background" if build_running(root) else "is not built yet"
+    return (
+        f"the dense index of the corpus at {root} {running} (log {dense_log_path(root)}): "
+        f"search it with BM25 until it is done (retriever='bm25'; open_corpus picks BM25 for it), "
+        f"or finish it now with: python -m corpus.staged {shlex.quote(str(root))}"
+    )
+
+
+def read_manifest(path: str | Path, *, dense_pending_ok: bool = False) -> dict:
+    """The manifest of the corpus at ``path``, checked; raises ``CorpusError`` with the fix.
+
+    A corpus whose dense index is still being built (``dense_pending``) is refused with a message
+    saying so, unless ``dense_pending_ok``: then its other files are checked and it is returned."""
     root = Path(path).expanduser()
     if not root.exists():
         raise CorpusError(f"no corpus at {root}. Build it with: {rebuild_command(root)}")
@@ -134,7 +164,11 @@ def read_manifest(path: str | Path) -> dict:
                 f"corrupt corpus at {root}: the manifest lacks {key!r}. Rebuild it with: "
                 f"{rebuild_command(root, manifest)}"
             )
-    missing = [name for name in (DOCUMENTS, CHUNKS, DENSE, SPARSE) if not (root / name).exists()]
+    pending = dense_pending(manifest)
+    if pending and not dense_pending_ok:
+        raise CorpusError(dense_pending_message(root))
+    required = (DOCUMENTS, CHUNKS, SPARSE) if pending else (DOCUMENTS, CHUNKS, DENSE, SPARSE)
+    missing = [name for name in required if not (root / name).exists()]
     if missing:
         raise CorpusError(
             f"corrupt corpus at {root}: missing {', '.join(missing)}. Rebuild it with: "
@@ -194,16 +228,33 @@ def write_manifest(path: Path, manifest: dict) -> None:
     os.replace(tmp, path)
 
 
+def _lock_path(out: Path) -> Path:
+    return out.parent / f".{out.name}.lock"
+
+
 @contextlib.contextmanager
 def build_lock(out: Path):
     """Hold an exclusive lock beside ``out`` (``.NAME.lock``), so two processes never build it at once."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
+    with open(_lock_path(out), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def build_running(out: Path) -> bool:
+    """Whether some process holds ``out``'s build lock right now (a build of it is under way)."""
+    if not _lock_path(out).exists():
+        return False
+    with open(_lock_path(out), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
 
 
 def staging_dir(out: Path) -> Path:
