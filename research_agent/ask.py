@@ -1,7 +1,10 @@
 """``python -m research_agent.ask "question"``: answer with citations, streaming each step.
 
 Works on a fresh machine with no flags: the default corpus and model are built/fetched on first
-use (with progress) and cached.
+use (with progress) and cached.  The model is fetched and converted in a thread while the corpus's
+chunks and BM25 index are built; the first answer comes from BM25 while the dense index builds in
+the background (later runs use hybrid search).  A first run ends with the time each first-use
+stage took, on stderr.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ import argparse
 import json
 import os
 import sys
+import time
+
+STARTED = time.perf_counter()  # "time to first answer" counts from here (the install excluded)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -93,19 +99,22 @@ def main(argv: list[str] | None = None) -> int:
 
     from .agent import ResearchAgent
     from .models import DEFAULT_MODEL
-    from .policy import PolicyError, load_policy
+    from .policy import PolicyError
 
     if not args.question.strip():
         print("error: the question is empty", file=sys.stderr)
         return 2
+    model = args.model or DEFAULT_MODEL
+    stages: dict[str, str] = {}
     try:
         config = agent_config(args)
-        browser = make_browser(args)
-        policy = load_policy(args.model or DEFAULT_MODEL, adapter=args.adapter, endpoint=args.endpoint)
+        browser, policy = prepare(args, model, stages)
         out = sys.stderr if args.json else sys.stdout
         on_step = None if args.quiet else stream_step(out)
         if args.report:
-            return run_report(args, policy, browser, config, on_step)
+            code = run_report(args, policy, browser, config, on_step)
+            print_first_use(stages)
+            return code
         memory = open_memory(args.memory)
         guidance = memory.guidance(args.question, k=args.memory_k) if memory else ""
         traj = ResearchAgent(policy, browser, config, on_step=on_step).run(args.question, guidance=guidance)
@@ -123,7 +132,43 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(traj.to_dict(), ensure_ascii=False, indent=1))
     else:
         print_answer(traj)
+    print_first_use(stages)
     return 0 if traj.answered else 3
+
+
+def prepare(args, model: str, stages: dict[str, str]):
+    """The browser and the policy; on a first run the model is fetched and converted in a thread
+    while the default corpus is built, and ``stages`` gets the time each first-use stage took."""
+    from corpus import default_corpus_dir
+    from corpus.store import MANIFEST
+
+    from .models import ModelFetch, is_ready
+    from .policy import load_policy
+
+    fetch = None if is_ready(model) else ModelFetch(model)
+    first_corpus = (args.backend == "local" and not args.corpus and not args.retrieval_url
+                    and not (default_corpus_dir() / MANIFEST).exists())
+    t0 = time.perf_counter()
+    browser = make_browser(args)
+    if first_corpus:
+        stages["default corpus: chunks + BM25 index"] = f"{time.perf_counter() - t0:.1f} s"
+    if fetch is not None:
+        seconds = fetch.wait()
+        stages[f"model {model}: fetch + convert"] = (
+            f"{seconds:.1f} s" + (" (alongside the corpus build)" if first_corpus else ""))
+    policy = load_policy(model, adapter=args.adapter, endpoint=args.endpoint)
+    return browser, policy
+
+
+def print_first_use(stages: dict[str, str]) -> None:
+    """On a first run, the time each first-use stage took (stderr, so --json output stays JSON)."""
+    if not stages:
+        return
+    stages["time to first answer (from the start of ask)"] = f"{time.perf_counter() - STARTED:.1f} s"
+    width = max(map(len, stages))
+    print("first-use stages (install excluded):", file=sys.stderr)
+    for name, took in stages.items():
+        print(f"  {name:<{width}}  {took}", file=sys.stderr, flush=True)
 
 
 def open_memory(path: str | None):

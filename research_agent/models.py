@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +97,45 @@ def gguf_path(name: str, progress: bool = True) -> Path:
     return out
 
 
+def _converted_dir(name: str) -> Path:
+    return cache_dir() / "models" / name / "hf"
+
+
+def is_ready(name_or_path: str) -> bool:
+    """Whether loading ``name_or_path`` needs no fetch or conversion (always true for paths and hub ids)."""
+    if name_or_path not in MODELS:
+        return True
+    converted = _converted_dir(name_or_path)
+    return (converted / "config.json").exists() and any(converted.glob("*.safetensors"))
+
+
+class ModelFetch:
+    """Fetch and convert a named model in a daemon thread, so a caller can build something else
+    meanwhile (``ask`` builds the default corpus); ``wait()`` returns the seconds it took or raises
+    its error.  Leaving the process mid-way is safe: the fetch and the conversion publish by rename."""
+
+    def __init__(self, name: str, progress: bool = True):
+        self.name = name
+        self.seconds: float | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(progress,), name=f"fetch {name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, progress: bool) -> None:
+        t0 = time.perf_counter()
+        try:
+            resolve_model_dir(self.name, progress=progress)
+        except BaseException as e:  # handed to the waiting thread
+            self._error = e
+        self.seconds = time.perf_counter() - t0
+
+    def wait(self) -> float:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.seconds
+
+
 def resolve_model_dir(name_or_path: str, progress: bool = True) -> str:
     """Return a directory or hub id that ``from_pretrained`` loads quickly.
 
@@ -103,11 +143,11 @@ def resolve_model_dir(name_or_path: str, progress: bool = True) -> str:
     """
     if name_or_path not in MODELS:
         return name_or_path  # a local path or a hub id; transformers reports what is wrong
-    converted = cache_dir() / "models" / name_or_path / "hf"
-    if (converted / "config.json").exists() and any(converted.glob("*.safetensors")):
+    converted = _converted_dir(name_or_path)
+    if is_ready(name_or_path):
         return str(converted)
     with _lock:
-        if (converted / "config.json").exists() and any(converted.glob("*.safetensors")):
+        if is_ready(name_or_path):
             return str(converted)
         path = gguf_path(name_or_path, progress=progress)
         if progress:
