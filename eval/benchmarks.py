@@ -18,13 +18,17 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import io
 import json
+import math
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corpus.sources import MAX_JSON_DEPTH, json_depth, writable_json
 from eval.fetch import simpleqa_file, squad_file, strategyqa_file
 
 
@@ -184,35 +188,124 @@ def load_simpleqa(path: Path | None = None) -> tuple[list[dict], CorpusSpec]:
 # ---- JSONL (synthesized sets and anything else) ------------------------------------------------
 
 
-def parse_jsonl_record(record: dict, line_no: int) -> dict:
-    """``{question, answers|answer, ...}``; gold fields (supporting, supporting_docs ...) pass through."""
+MAX_SKIP_NOTES = 5  # bad lines named in the one warning (or error) a JSONL file gets; the rest are counted
+
+
+def _json_type(value: object) -> str:
+    names = {
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        bool: "a boolean",
+        list: "an array",
+        dict: "an object",
+    }
+    return names.get(type(value), "null" if value is None else f"a {type(value).__name__}")
+
+
+def _text(value: object, what: str, line_no: int) -> str:
+    """``value`` as a non-empty string that can be written as UTF-8, or a BenchmarkFormatError."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BenchmarkFormatError(f"line {line_no}: {what} must be a string, not {_json_type(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BenchmarkFormatError(f"line {line_no}: {what} must be a string, not {value}")
+    text = str(value)
+    if not text.strip():
+        raise BenchmarkFormatError(f"line {line_no}: {what} is empty")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BenchmarkFormatError(f"line {line_no}: {what} is not text (a lone surrogate escape)") from e
+    return text
+
+
+def parse_jsonl_record(record: object, line_no: int) -> dict:
+    """``{question, answers|answer, ...}``; gold fields (supporting, supporting_docs ...) pass through.
+
+    ``question`` is a non-empty string; ``answers`` is a string, a number or a list of them (a
+    number is its decimal text); anything else (a dict, a list of lists, true) is refused rather than
+    turned into text no model would answer.
+    """
+    if not isinstance(record, dict):
+        raise BenchmarkFormatError(f"line {line_no}: not a JSON object ({_json_type(record)})")
     if "question" not in record:
         raise BenchmarkFormatError(f"line {line_no}: record has no 'question' field")
+    if not isinstance(record["question"], str):
+        raise BenchmarkFormatError(
+            f"line {line_no}: 'question' must be a string, not {_json_type(record['question'])}"
+        )
+    question = _text(record["question"], "'question'", line_no)
+    if json_depth(record) > MAX_JSON_DEPTH:
+        raise BenchmarkFormatError(
+            f"line {line_no}: JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+        )
+    if not writable_json(record):  # results are written as UTF-8 JSON, after the run, not before it
+        raise BenchmarkFormatError(f"line {line_no}: record is not text (a lone surrogate escape)")
     answers = record.get("answers", record.get("answer"))
     if answers is None:
         raise BenchmarkFormatError(f"line {line_no}: record has no 'answers' (or 'answer') field")
-    if isinstance(answers, str):
+    if not isinstance(answers, list):
         answers = [answers]
+    answers = [
+        _text(a, "each answer", line_no) for a in answers if not (isinstance(a, str) and not a.strip())
+    ]
+    if not answers:
+        raise BenchmarkFormatError(f"line {line_no}: record has no non-empty answer")
     item = dict(record)
     item.pop("answer", None)
-    item["answers"] = [str(a) for a in answers]
-    item["id"] = str(record.get("id") or "q-" + hashlib.sha1(record["question"].encode()).hexdigest()[:12])
+    item["answers"] = answers
+    rid = record.get("id")
+    if rid is None or rid == "":
+        item["id"] = "q-" + hashlib.sha1(question.encode()).hexdigest()[:12]
+    elif isinstance(rid, (str, int)) and not isinstance(rid, bool):
+        item["id"] = _text(rid, "'id'", line_no)
+    else:
+        raise BenchmarkFormatError(
+            f"line {line_no}: 'id' must be a string or an integer, not {_json_type(rid)}"
+        )
     return item
 
 
 def load_jsonl(path: Path) -> tuple[list[dict], CorpusSpec]:
+    """The usable records of a JSONL file; each bad line is skipped and counted in one warning.
+
+    The file is refused (``BenchmarkFormatError``) when it is not a regular file, not UTF-8, or has
+    no usable line, so a wrong file is never read as an empty or a smaller benchmark unnoticed.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"benchmark file {path} does not exist")
-    items = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise BenchmarkFormatError(f"{path}:{n}: not valid JSON ({e})") from e
-                items.append(parse_jsonl_record(record, n))
+    if not path.is_file():  # a FIFO would block, /dev/zero would never end
+        raise BenchmarkFormatError(f"benchmark file {path} is not a regular file")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BenchmarkFormatError(
+            f"benchmark file {path} is not UTF-8 (byte {e.start:,} is {e.object[e.start : e.start + 1]!r}); "
+            "save it as UTF-8 JSONL"
+        ) from None
+    items, skipped, lines = [], [], 0
+    for n, line in enumerate(io.StringIO(text, newline=None), 1):
+        if not line.strip():
+            continue
+        lines += 1
+        try:
+            items.append(parse_jsonl_record(json.loads(line), n))
+        except BenchmarkFormatError as e:
+            skipped.append(str(e))
+        except RecursionError:
+            skipped.append(f"line {n}: JSON nested too deeply")
+        except ValueError as e:  # JSONDecodeError, or an integer of more than 4,300 digits
+            skipped.append(f"line {n}: not valid JSON ({e})")
+    if skipped:
+        notes = "; ".join(skipped[:MAX_SKIP_NOTES]) + (
+            f"; and {len(skipped) - MAX_SKIP_NOTES} more" if len(skipped) > MAX_SKIP_NOTES else ""
+        )
+        if not items:
+            raise BenchmarkFormatError(f"{path}: none of its {lines} lines is a usable question: {notes}")
+        print(
+            f"warning: {path}: skipped {len(skipped)} of {lines} lines: {notes}", file=sys.stderr, flush=True
+        )
     return items, CorpusSpec()
 
 
@@ -235,8 +328,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[..., tuple[list[dict], CorpusSpec]]]] 
     "squad-open": ("SQuAD v1.1 dev, open-domain over its 2,067 paragraphs", load_squad_open),
     "strategyqa": ("StrategyQA yes/no, against the default corpus", load_strategyqa),
     "simpleqa": ("SimpleQA probe: honest 'not found' vs hallucination", load_simpleqa),
-    "factbook-test": ("the shipped Factbook task set's test split (held out from training by document)",
-                      _factbook_split("test")),
+    "factbook-test": (
+        "the shipped Factbook task set's test split (held out from training by document)",
+        _factbook_split("test"),
+    ),
     "factbook-dev": ("the shipped Factbook task set's dev split", _factbook_split("dev")),
 }
 
