@@ -483,10 +483,36 @@ def require_contained(allow_unsafe: bool = False) -> str:
 def run_python(
     code: str, limits: SandboxLimits = DEFAULT_LIMITS, files: dict[str, str] | None = None
 ) -> ExecResult:
-    """Run ``code`` as ``main.py`` (with ``files`` beside it) in a fresh sandbox; never raises for program errors."""
+    """Run ``code`` as ``main.py`` (with ``files`` beside it) in a fresh sandbox; never raises for program errors.
+
+    Code that cannot be written as UTF-8 (a lone surrogate such as ``'\\ud800'``, which a JSON escape
+    or a byte-level decode can put in a string) is such an error: its result says so, as a
+    SyntaxError would, and nothing is started."""
     for name in files or {}:
         if name.startswith("/") or ".." in Path(name).parts or name == "main.py":
             raise ValueError(
                 f"sandbox file name {name!r} must be a relative path inside the work dir, not main.py"
             )
-    return _run(code, limits, files, isolation_level())
+    level = isolation_level()
+    for what, text in [
+        ("the code", code),
+        *((f"file {name!r}", body) for name, body in (files or {}).items()),
+    ]:
+        error = _not_utf8(what, text)
+        if error:
+            return ExecResult(False, "", error, None, False, error, 0.0, level)
+    return _run(code, limits, files, level)
+
+
+def _not_utf8(what: str, text: object) -> str | None:
+    """Why ``text`` cannot be written as a UTF-8 source file, or None when it can."""
+    if not isinstance(text, str):
+        return f"SyntaxError: {what} is not text (a {type(text).__name__})"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (
+            f"SyntaxError: {what} is not valid UTF-8: a lone surrogate {text[e.start]!r} at character"
+            f" {e.start}; write the character itself, or an escape inside a string literal"
+        )
+    return None

@@ -277,6 +277,14 @@ def starter_preamble(task: CodeTask) -> str:
     return starter[: found.start()].strip() if found else ""
 
 
+def _is_utf8(code: str) -> bool:
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: ast.parse would raise this, not a SyntaxError
+        return False
+    return True
+
+
 def prepare_solution(task: CodeTask, solution_code: str, *, sanitized: bool = True) -> str:
     """The code the tests run: the starter's preamble, then the solution (a stub body completed into
     its function), then sanitized (``research_agent.code.sanitize``: demo calls and a token-cut
@@ -288,8 +296,8 @@ def prepare_solution(task: CodeTask, solution_code: str, *, sanitized: bool = Tr
         preamble = starter_preamble(task)
         if preamble:
             solution_code = f"{preamble}\n\n{solution_code}"
-    if not sanitized:
-        return solution_code
+    if not sanitized or not _is_utf8(solution_code):
+        return solution_code  # code that is not UTF-8 cannot be parsed; run_python reports it as such
     module_tests = task.meta.get("test_style") == "pytest-module"  # tests may import any constant
     return sanitize(solution_code, task.entry_point, keep_assignments=module_tests)
 
