@@ -48,7 +48,7 @@ from research_agent.code.agent import CodeAgentConfig, run_code_batch
 from research_agent.code.apidocs import api_docs_browser, api_docs_dir
 from research_agent.code.env import MODES
 from research_agent.code.sandbox import SandboxError, require_contained
-from research_agent.configs import ConfigError, add_flags, build, flag_values, parse_pairs
+from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file, parse_pairs
 from research_agent.trajectory import Trajectory
 
 LABELS = {"no-tools": "No tools", "code-only": "Code only", "multi-tool": "Multi-tool"}
@@ -495,11 +495,12 @@ def rescore(out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
 COMMON_FLAGS = ("max_turns", "max_tool_calls", "max_new_tokens")  # spelled as in ask, synth, train, eval qa
 
 
-def config_from_pairs(pairs: list[str], flags: dict[str, Any] | None = None) -> CodeAgentConfig:
-    """CodeAgentConfig from ``name=value`` overrides and common flags, each parsed as its field's type
-    (mode is --mode)."""
+def config_from_pairs(pairs: list[str], flags: dict[str, Any] | None = None,
+                      file: str | None = None) -> CodeAgentConfig:
+    """CodeAgentConfig from a TOML/YAML file, then ``name=value`` overrides, then common flags, each
+    parsed as its field's type (mode is --mode)."""
     try:
-        values = {**parse_pairs(pairs), **(flags or {})}
+        values = {**(load_file(file) if file else {}), **parse_pairs(pairs), **(flags or {})}
         if "mode" in values:
             raise ConfigError("the mode is set with --mode")
         return build(CodeAgentConfig, values)
@@ -547,6 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a CodeAgentConfig field (max_turns, max_new_tokens, ...)",
     )
     add_flags(p, CodeAgentConfig, only=COMMON_FLAGS)
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="TOML or YAML file of CodeAgentConfig settings (--set and flags override it)")
     p.add_argument("--allow-unsafe-sandbox", action="store_true",
                    help="run model-written code even where the sandbox cannot contain it (docs/security.md); "
                         "without it, an uncontained level is refused before anything runs")
@@ -607,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"results: {Path(args.out) / TABLE}, {Path(args.out) / PLOT}", file=sys.stderr)
             return 0
         flags = {k: v for k, v in flag_values(args, CodeAgentConfig).items() if k in COMMON_FLAGS}
-        config = config_from_pairs(args.set, flags)
+        config = config_from_pairs(args.set, flags, args.config)
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1")
         tasks = select_ids(load_tasks(args.tasks, limit=args.limit), args.ids)

@@ -94,3 +94,19 @@ def test_the_same_flag_means_the_same_in_ask_and_eval():
     assert cargs.docs == "docs-dir" and config_from_pairs([], {"max_new_tokens": "40"}).max_new_tokens == 40
     with pytest.raises(SystemExit, match="max_turns must be at least 1"):
         ask_config(ask_parser().parse_args(["q", "--max-turns", "0"]))
+
+
+def test_eval_reads_agent_settings_from_a_file_under_its_flags(tmp_path):
+    from eval.cli import _common, agent_config, build_parser
+    from eval.code import config_from_pairs
+
+    path = tmp_path / "agent.toml"
+    path.write_text('max_turns = 3\nsemantic_citations = "yes"\n')
+    args = build_parser().parse_args(["qa", "--bench", "x", "--out", "o", "--config", str(path), "--max-turns", "4"])
+    cfg = agent_config(args.set, _common(args), args.config)
+    assert cfg.max_turns == 4 and cfg.semantic_citations is True  # the flag wins over the file
+    (tmp_path / "code.toml").write_text("test_feedback = true\nmax_turns = 2\n")
+    code = config_from_pairs(["max_turns=3"], None, str(tmp_path / "code.toml"))
+    assert code.test_feedback is True and code.max_turns == 3
+    with pytest.raises(SystemExit, match="does not exist"):
+        agent_config([], None, str(tmp_path / "missing.toml"))
