@@ -43,12 +43,24 @@ def cmd_qa(args) -> int:
 
 
 def cmd_trajectories(args) -> int:
+    from .trajectories import OutputLocked
+
+    try:
+        return _trajectories(args)
+    except OutputLocked as e:  # another run writes to the same --out: it would duplicate every record
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _trajectories(args) -> int:
     from research_agent.agent import AgentConfig
     from research_agent.policy import load_policy
 
     from .qa import read_jsonl
-    from .trajectories import synthesize_trajectories
+    from .trajectories import output_lock, synthesize_trajectories
 
+    with output_lock(args.out):  # fail fast, before a model or a corpus is loaded
+        pass
     items = read_jsonl(args.qa, split=args.split or None)
     if args.limit:
         items = items[: args.limit]

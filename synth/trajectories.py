@@ -4,20 +4,72 @@ OpenResearcher's resume rule: what is on disk is the truth.  Each finished traje
 to the current shard and flushed to disk at once, so ``kill -9`` loses at most the trajectories in
 flight; on restart the shards are scanned, a torn last line is dropped, and only (question,
 sample) pairs not already written are run.  Nothing is redone, nothing is duplicated.
+
+One run at a time per output directory: a run holds an exclusive ``flock`` on ``OUT/.synth.lock``
+from its scan to its last write, and a second run on the same directory fails at once with
+``OutputLocked``, naming the run that holds it (two runs would each see the same pairs missing and
+write every one twice).  The kernel drops the lock when its process dies, ``kill -9`` included, so
+a resume never waits on a stale lock file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import socket
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from research_agent.agent import AgentConfig, run_batch
 from research_agent.trajectory import Trajectory
 
 SHARD_PREFIX = "shard-"
+LOCK_FILE = ".synth.lock"
+
+
+class OutputLocked(RuntimeError):
+    """Another run is writing trajectories to the same output directory."""
+
+
+@contextlib.contextmanager
+def output_lock(out_dir: str | Path) -> Iterator[Path]:
+    """Hold the output directory's exclusive lock, or raise ``OutputLocked`` at once (no waiting).
+
+    The lock file says who holds it (pid, host, start time, command), for the second run's message;
+    it is never deleted, since a run that deleted it could let a third lock a new file beside a
+    second still holding the old one.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputLocked(
+                f"another run is writing trajectories to {out} ({_holder(fd)}); wait for it to finish, "
+                "or give this one another --out"
+            ) from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8", "backslashreplace"), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _holder(fd: int) -> str:
+    try:
+        h = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
+        return f"pid {h['pid']} on {h['host']}, started {h['started']}: {h['command']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its lock file does not say which; it may be starting"
 
 
 def _key(item_id: str, sample: int) -> str:
@@ -95,7 +147,17 @@ def synthesize_trajectories(items: list[dict], policy, browser, out_dir: str | P
                             samples: int = 1, config: AgentConfig | None = None, concurrency: int = 8,
                             progress: bool = True,
                             on_result: Callable[[Trajectory], None] | None = None) -> dict:
-    """Run the teacher over ``items`` × ``samples``, resuming from what ``out_dir`` already holds."""
+    """Run the teacher over ``items`` × ``samples``, resuming from what ``out_dir`` already holds.
+
+    Raises ``OutputLocked`` when another run holds ``out_dir``, before reading or writing anything."""
+    with output_lock(out_dir):
+        return _synthesize(items, policy, browser, out_dir, samples=samples, config=config,
+                           concurrency=concurrency, progress=progress, on_result=on_result)
+
+
+def _synthesize(items: list[dict], policy, browser, out_dir: str | Path, *, samples: int,
+                config: AgentConfig | None, concurrency: int, progress: bool,
+                on_result: Callable[[Trajectory], None] | None) -> dict:
     config = config or AgentConfig()
     done, dropped = scan_shards(out_dir)
     batch = []
