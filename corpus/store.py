@@ -109,8 +109,9 @@ def dense_pending_message(root: Path) -> str:
     running = "is being built in the background" if build_running(root) else "is not built yet"
     return (
         f"the dense index of the corpus at {root} {running} (log {dense_log_path(root)}): "
-        f"search it with BM25 until it is done (retriever='bm25'; open_corpus picks BM25 for it), "
-        f"or finish it now with: python -m corpus.staged {shlex.quote(str(root))}"
+        "search it with BM25 until it is done (retriever='bm25', or corpus search --mode bm25; "
+        "open_corpus picks BM25 by itself), or wait for it to be finished with: "
+        f"python -m corpus.staged {shlex.quote(str(root))}"
     )
 
 

@@ -1,6 +1,7 @@
 """``ask`` on a fresh default corpus: it answers from BM25 at once, says the dense index is being
 built in the background, and ends with the time each first-use stage took; the model fetch runs in
-a thread alongside the corpus build and hands its error to the caller."""
+a thread alongside the corpus build and hands its error to the caller.  (The background build itself
+is tested in tests/corpus/test_staged_default.py; here a stand-in process takes its place.)"""
 
 from __future__ import annotations
 
@@ -31,13 +32,23 @@ def test_model_fetch_runs_in_a_thread_and_hands_back_its_time_or_error(monkeypat
     assert models.is_ready("/a/local/dir") and models.is_ready("some/hub-id")
 
 
-def test_first_ask_answers_from_bm25_and_prints_its_first_use_stages(smol, tmp_path, monkeypatch, capsys):
+def test_first_ask_answers_from_bm25_and_prints_its_first_use_stages(tmp_path, monkeypatch, capsys):
+    import subprocess
+
     import corpus.staged
     from corpus.factbook import factbook_documents
     from corpus.staged import BACKGROUND
     from research_agent.ask import main
+    from research_agent.models import resolve_model_dir
 
+    resolve_model_dir("smollm2-135m", progress=False)  # fetched and converted once per machine
     out = tmp_path / "default"
+
+    def stand_in_build(root):  # tests/corpus/test_staged_default.py runs the real one
+        BACKGROUND[root] = subprocess.Popen(["sleep", "60"])
+        return BACKGROUND[root]
+
+    monkeypatch.setattr(corpus.staged, "start_dense_build", stand_in_build)
     monkeypatch.setenv("RESEARCH_AGENT_CORPUS", str(out))
     monkeypatch.setattr(
         corpus.staged, "preset_documents", lambda preset, quiet=False: factbook_documents(["pe"])
@@ -57,7 +68,7 @@ def test_first_ask_answers_from_bm25_and_prints_its_first_use_stages(smol, tmp_p
             ]
         )
     finally:
-        proc = BACKGROUND.pop(out, None)  # the dense build is not this test's business: stop it
+        proc = BACKGROUND.pop(out, None)
         if proc is not None:
             proc.kill()
             proc.wait(timeout=30)
