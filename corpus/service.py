@@ -166,7 +166,21 @@ class BoundedHandler(BaseHTTPRequestHandler):
     server: BoundedHTTPServer
 
     def reply_error(self, status: int, message: str) -> None:
-        raise NotImplementedError
+        """A refusal as JSON; servers with their own error shape (OpenAI's, the retrieval API's) override it."""
+        self.send_json(status, {"error": message})
+
+    def send_json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up
+            self.close_connection = True
 
     def setup(self) -> None:
         self.timeout = self.server.read_timeout_s  # the socket's timeout for writes (and each read)
@@ -303,8 +317,8 @@ class RetrievalHandler(BoundedHandler):
 
     def do_GET(self) -> None:
         if self.path != "/health":
-            return self._reply(404, {"error": "NotFound", "message": f"no endpoint GET {self.path}"})
-        self._reply(
+            return self.send_json(404, {"error": "NotFound", "message": f"no endpoint GET {self.path}"})
+        self.send_json(
             200,
             {
                 "status": "ok",
@@ -324,18 +338,18 @@ class RetrievalHandler(BoundedHandler):
         try:
             body = self._body()
             if route is None:
-                return self._reply(404, {"error": "NotFound", "message": f"no endpoint POST {self.path}"})
-            self._reply(200, route(body))
+                return self.send_json(404, {"error": "NotFound", "message": f"no endpoint POST {self.path}"})
+            self.send_json(200, route(body))
         except RequestRefused as e:
             self.refuse(e)
         except BadRequest as e:
-            self._reply(400, {"error": "BadRequest", "message": str(e)})
+            self.send_json(400, {"error": "BadRequest", "message": str(e)})
         except (DocumentNotFound, PageOutOfRange) as e:
-            self._reply(404, {"error": type(e).__name__, "message": str(e)})
+            self.send_json(404, {"error": type(e).__name__, "message": str(e)})
         except BrowserError as e:
-            self._reply(400, {"error": type(e).__name__, "message": str(e)})
+            self.send_json(400, {"error": type(e).__name__, "message": str(e)})
         except Exception as e:  # a bug in a backend: say so, keep serving the others
-            self._reply(500, {"error": "InternalError", "message": f"{type(e).__name__}: {e}"})
+            self.send_json(500, {"error": "InternalError", "message": f"{type(e).__name__}: {e}"})
 
     def _body(self) -> dict[str, Any]:
         raw = self.read_body()
@@ -372,20 +386,7 @@ class RetrievalHandler(BoundedHandler):
         return {"closed": self.server.sessions.close(_session_id(body))}
 
     def reply_error(self, status: int, message: str) -> None:
-        self._reply(status, {"error": self._REFUSALS.get(status, "BadRequest"), "message": message})
-
-    def _reply(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
+        self.send_json(status, {"error": self._REFUSALS.get(status, "BadRequest"), "message": message})
 
 
 def make_server(

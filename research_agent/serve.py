@@ -247,29 +247,16 @@ def make_handler(policy, model_name: str, limits: Limits):
         def log_message(self, *args) -> None:  # quiet by default
             pass
 
-        def _send(self, code: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            try:
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if self.close_connection:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up
-                self.close_connection = True
-
         def reply_error(self, code: int, message: str) -> None:
             kind = "invalid_request_error" if code < 500 else "timeout" if code == 504 else "server_error"
-            self._send(code, {"error": {"message": message, "type": kind, "code": code}})
+            self.send_json(code, {"error": {"message": message, "type": kind, "code": code}})
 
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
-                self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model",
+                self.send_json(200, {"object": "list", "data": [{"id": model_name, "object": "model",
                                                              "max_model_len": context}]})
             elif self.path.rstrip("/") in ("/health", "/v1/health"):
-                self._send(200, {"ok": True})
+                self.send_json(200, {"ok": True})
             else:
                 self.reply_error(404, f"no route {self.path}")
 
@@ -281,9 +268,9 @@ def make_handler(policy, model_name: str, limits: Limits):
                     raise BadRequest("the body must be a JSON object")
                 path = self.path.rstrip("/")
                 if path.endswith("/completions") and "chat" not in path:
-                    self._send(200, self._completions(body, deadline))
+                    self.send_json(200, self._completions(body, deadline))
                 elif path.endswith("/chat/completions"):
-                    self._send(200, self._chat(body, deadline))
+                    self.send_json(200, self._chat(body, deadline))
                 else:
                     self.reply_error(404, f"no route {self.path}")
             except RequestRefused as e:
