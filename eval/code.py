@@ -38,10 +38,8 @@ from eval.rundir import (
     RUN_SCHEMA,
     TRAJECTORIES,
     RunDirError,
-    TrajectoryWriter,
     check_schema,
     read_json,
-    scan_trajectories,
     write_json,
 )
 from research_agent.code.agent import CodeAgentConfig, run_code_batch
@@ -49,6 +47,7 @@ from research_agent.code.apidocs import api_docs_browser, api_docs_dir
 from research_agent.code.env import MODES
 from research_agent.code.sandbox import SandboxError, require_contained
 from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file, parse_pairs
+from research_agent.store import TrajectoryStore
 from research_agent.trajectory import Trajectory
 
 LABELS = {"no-tools": "No tools", "code-only": "Code only", "multi-tool": "Multi-tool"}
@@ -293,8 +292,19 @@ def evaluate_mode(
 ) -> dict[str, Any]:
     """One mode into ``mode_dir`` (resumable by task id); returns and saves its results.
 
-    Raises ``EvalStopped`` once ``stop`` is set, after the tasks in flight are saved.
+    Raises ``EvalStopped`` once ``stop`` is set, after the tasks in flight are saved, and
+    ``StoreLocked`` when another run is writing to ``mode_dir``.
     """
+    store = TrajectoryStore(mode_dir)
+    with store.lock():
+        return _evaluate_mode(tasks, policy, docs_browser, config, store, run_info=run_info, progress=progress,
+                              concurrency=concurrency, stop=stop)
+
+
+def _evaluate_mode(tasks: list, policy: Any, docs_browser: Any, config: CodeAgentConfig, store: TrajectoryStore,
+                   *, run_info: dict[str, Any], progress: bool, concurrency: int,
+                   stop: threading.Event | None) -> dict[str, Any]:
+    mode_dir = store.dir
     mode_dir.mkdir(parents=True, exist_ok=True)
     run = {"schema": RUN_SCHEMA, "mode": config.mode, "agent_config": config.to_dict(), **run_info}
     if config.mode != "multi-tool":
@@ -303,11 +313,11 @@ def evaluate_mode(
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError("task ids must be unique (resume matches tasks by id)")
-    done = {t.id: t for t in scan_trajectories(mode_dir / TRAJECTORIES) if t.id in set(ids)}
+    done = {k: t for k, t in store.scan()[0].items() if k in set(ids)}
     todo = [{"id": t.id, "task": t} for t in tasks if t.id not in done]
     t0 = time.time()
     if todo:
-        with TrajectoryWriter(mode_dir / TRAJECTORIES) as writer:
+        with store.writer() as writer:
 
             def on_result(traj: Trajectory) -> None:
                 writer.write(traj)
@@ -433,8 +443,14 @@ def rescore_mode(mode_dir: Path, *, progress: bool = True) -> dict[str, Any]:
     For when the scoring changed but the model's turns did not (a library installed, the sanitizer,
     the test limits): a submission ends its episode, so the model never saw the verdict being
     replaced and regenerating would reproduce the same greedy turns. Each re-scored step keeps the
-    old verdict under ``info["before_rescore"]``; trajectories.jsonl is rewritten atomically.
+    old verdict under ``info["before_rescore"]``; trajectories.jsonl is rewritten atomically. A run
+    made with test feedback is refused: there the model did see the verdicts.
     """
+    with TrajectoryStore(mode_dir).lock():
+        return _rescore_mode(mode_dir, progress=progress)
+
+
+def _rescore_mode(mode_dir: Path, *, progress: bool) -> dict[str, Any]:
     from tqdm import tqdm
 
     from corpus.files import atomic_write_text
@@ -442,8 +458,11 @@ def rescore_mode(mode_dir: Path, *, progress: bool = True) -> dict[str, Any]:
 
     run = read_json(mode_dir / RUN, "not a mode directory of `python -m eval code`")
     check_schema(run, mode_dir / RUN)
+    if run.get("agent_config", {}).get("test_feedback") and run.get("mode") != "no-tools":
+        raise RunDirError(f"{mode_dir} ran with test feedback: the model read each verdict and acted on it, "
+                          "so a new verdict needs new turns; re-run it into a new --out instead of --rescore")
     tasks = {t.id: t for t in load_tasks(run["tasks"])}
-    trajs = scan_trajectories(mode_dir / TRAJECTORIES, repair=False)
+    trajs = TrajectoryStore(mode_dir).load()
     flips = 0
     for traj in tqdm(trajs, desc=f"rescore {run['mode']}", disable=not progress, unit="task"):
         task_id = traj.gold.get("task_id", traj.id)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.metrics import score_trajectory
-from eval.rundir import TRAJECTORIES, scan_trajectories
+from research_agent.store import TrajectoryStore
 
 
 def sign_test_p(wins: int, losses: int) -> float:
@@ -49,7 +49,7 @@ def paired_stats(base: dict[str, dict[str, float]], other: dict[str, dict[str, f
 
 def run_scores(run_dir: str | Path) -> dict[str, dict[str, float]]:
     """Question id → per-question scores of an eval run directory."""
-    return {t.id: score_trajectory(t) for t in scan_trajectories(Path(run_dir) / TRAJECTORIES, repair=False)}
+    return {t.id: score_trajectory(t) for t in TrajectoryStore(run_dir).load()}
 
 
 def paired_table(labels: list[str], stats: list[dict[str, Any]], base_label: str) -> str:

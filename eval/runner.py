@@ -28,12 +28,11 @@ from eval.rundir import (
     RUN_SCHEMA,
     TRAJECTORIES,
     RunDirError,
-    TrajectoryWriter,
     check_schema,
     read_json,
-    scan_trajectories,
     write_json,
 )
+from research_agent.store import TrajectoryStore
 from research_agent.trajectory import Trajectory
 
 VERSIONED = (
@@ -156,51 +155,53 @@ def evaluate(
         "corpus": (corpus or CorpusSpec()).to_dict(),
         **(run_info or {}),
     }
-    _start_run(out_dir, run)
+    store = TrajectoryStore(out_dir)
+    with store.lock():  # a second eval on the same --out would run and write every question again
+        _start_run(out_dir, run)
 
-    wanted = {str(it["id"]): it for it in items}
-    if len(wanted) != len(items):
-        raise ValueError("benchmark items must have unique ids (resume matches questions by id)")
-    done = {t.id: t for t in scan_trajectories(out_dir / TRAJECTORIES) if t.id in wanted}
-    todo = [it for it in items if str(it["id"]) not in done]
-    if done and progress:
-        print(f"resuming {out_dir}: {len(done)} of {len(items)} questions already answered", file=sys.stderr)
+        wanted = {str(it["id"]): it for it in items}
+        if len(wanted) != len(items):
+            raise ValueError("benchmark items must have unique ids (resume matches questions by id)")
+        done = {k: t for k, t in store.scan()[0].items() if k in wanted}
+        todo = [it for it in items if str(it["id"]) not in done]
+        if done and progress:
+            print(f"resuming {out_dir}: {len(done)} of {len(items)} questions already answered", file=sys.stderr)
 
-    t0 = time.time()
-    if todo:
-        with TrajectoryWriter(out_dir / TRAJECTORIES) as writer:
+        t0 = time.time()
+        if todo:
+            with store.writer() as writer:
 
-            def on_result(traj: Trajectory) -> None:
-                item = wanted.get(traj.id, {})
-                for key, value in item.items():  # gold must travel with the record, whatever the agent kept
-                    if key not in ("id", "question"):
-                        traj.gold.setdefault(key, value)
-                writer.write(traj)
-                done[traj.id] = traj
+                def on_result(traj: Trajectory) -> None:
+                    item = wanted.get(traj.id, {})
+                    for key, value in item.items():  # gold must travel with the record, whatever the agent kept
+                        if key not in ("id", "question"):
+                            traj.gold.setdefault(key, value)
+                    writer.write(traj)
+                    done[traj.id] = traj
 
-            run_batch(
-                todo, policy, browser, config, progress=progress, on_result=on_result, concurrency=concurrency,
-                guidance=guidance,
-            )
+                run_batch(
+                    todo, policy, browser, config, progress=progress, on_result=on_result, concurrency=concurrency,
+                    guidance=guidance,
+                )
 
-    trajs = [done[str(it["id"])] for it in items if str(it["id"]) in done]
-    results = {
-        **run,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "n_items": len(items),
-        "n_resumed": len(items) - len(todo),
-        "eval_seconds": time.time() - t0,
-        "metrics": qa_metrics(trajs),
-        "versions": versions(),
-        "index_manifest": index_manifest(browser),
-    }
-    write_json(out_dir / RESULTS, results)
+        trajs = [done[str(it["id"])] for it in items if str(it["id"]) in done]
+        results = {
+            **run,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "n_items": len(items),
+            "n_resumed": len(items) - len(todo),
+            "eval_seconds": time.time() - t0,
+            "metrics": qa_metrics(trajs),
+            "versions": versions(),
+            "index_manifest": index_manifest(browser),
+        }
+        write_json(out_dir / RESULTS, results)
     return results
 
 
 def load_run_trajectories(run_dir: str | Path) -> list[Trajectory]:
     """The trajectories of a run (read-only: a broken last line is skipped, not repaired)."""
-    return scan_trajectories(Path(run_dir) / TRAJECTORIES, repair=False)
+    return TrajectoryStore(run_dir).load()
 
 
 __all__ = ["evaluate", "load_run_trajectories", "versions", "index_manifest", "config_dict", "RESULTS"]

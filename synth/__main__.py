@@ -43,11 +43,11 @@ def cmd_qa(args) -> int:
 
 
 def cmd_trajectories(args) -> int:
-    from .trajectories import OutputLocked
+    from research_agent.store import StoreError
 
     try:
         return _trajectories(args)
-    except OutputLocked as e:  # another run writes to the same --out: it would duplicate every record
+    except StoreError as e:  # another run writes to the same --out (it would duplicate every record), or a corrupt shard
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -1,146 +1,54 @@
 """Trajectory synthesis (D2): run the agent graph with a teacher over questions, write JSONL shards.
 
-OpenResearcher's resume rule: what is on disk is the truth.  Each finished trajectory is appended
-to the current shard and flushed to disk at once, so ``kill -9`` loses at most the trajectories in
-flight; on restart the shards are scanned, a torn last line is dropped, and only (question,
-sample) pairs not already written are run.  Nothing is redone, nothing is duplicated.
-
-One run at a time per output directory: a run holds an exclusive ``flock`` on ``OUT/.synth.lock``
-from its scan to its last write, and a second run on the same directory fails at once with
+The output directory is a sharded trajectory store (``research_agent.store``, shared with the eval
+runs): each finished trajectory is appended and fsynced at once, so ``kill -9`` loses at most the
+trajectories in flight; on restart the shards are scanned, a torn last line is dropped, and only
+(question, sample) pairs not already written are run.  Nothing is redone, nothing is duplicated.
+One run at a time per output directory: a second run on the same directory fails at once with
 ``OutputLocked``, naming the run that holds it (two runs would each see the same pairs missing and
-write every one twice).  The kernel drops the lock when its process dies, ``kill -9`` included, so
-a resume never waits on a stale lock file.
+write every one twice).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
-import socket
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from research_agent.agent import AgentConfig, run_batch
+from research_agent.store import LOCK_FILE, StoreLocked, TrajectoryStore
 from research_agent.trajectory import Trajectory
 
-SHARD_PREFIX = "shard-"
-LOCK_FILE = ".synth.lock"
+__all__ = ["LOCK_FILE", "OutputLocked", "export_sft", "filter_trajectories", "load_trajectories",
+           "output_lock", "scan_shards", "shard_store", "synthesize_trajectories"]
 
-
-class OutputLocked(RuntimeError):
-    """Another run is writing trajectories to the same output directory."""
-
-
-@contextlib.contextmanager
-def output_lock(out_dir: str | Path) -> Iterator[Path]:
-    """Hold the output directory's exclusive lock, or raise ``OutputLocked`` at once (no waiting).
-
-    The lock file says who holds it (pid, host, start time, command), for the second run's message;
-    it is never deleted, since a run that deleted it could let a third lock a new file beside a
-    second still holding the old one.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputLocked(
-                f"another run is writing trajectories to {out} ({_holder(fd)}); wait for it to finish, "
-                "or give this one another --out"
-            ) from None
-        holder = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8", "backslashreplace"), 0)
-        yield path
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def _holder(fd: int) -> str:
-    try:
-        h = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
-        return f"pid {h['pid']} on {h['host']}, started {h['started']}: {h['command']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its lock file does not say which; it may be starting"
+SHARD_SIZE = 500
+# the synth-specific names of the store's lock, for callers that predate the one store
+OutputLocked = StoreLocked
 
 
 def _key(item_id: str, sample: int) -> str:
     return f"{item_id}::{sample}"
 
 
-def _parse(raw: bytes) -> Trajectory | None:
-    if not raw.endswith(b"\n"):
-        return None  # torn by a kill mid-write
-    try:
-        return Trajectory.from_json(raw.decode("utf-8"))
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return None
+def _stored_key(traj: Trajectory) -> str:
+    return traj.meta.get("key", _key(traj.id, 0))
+
+
+def shard_store(out_dir: str | Path) -> TrajectoryStore:
+    """The synth output directory as a trajectory store: shards keyed by (question, sample)."""
+    return TrajectoryStore(out_dir, shard_size=SHARD_SIZE, key=_stored_key)
+
+
+def output_lock(out_dir: str | Path):
+    """Hold ``out_dir``'s exclusive lock, or raise ``OutputLocked`` at once (no waiting)."""
+    return shard_store(out_dir).lock()
 
 
 def scan_shards(out_dir: str | Path, repair: bool = True) -> tuple[dict[str, Trajectory], int]:
-    """Read every shard; return {key: trajectory} and the number of broken lines dropped.
-
-    With ``repair`` a shard holding broken lines (a kill mid-write) is rewritten with only its
-    complete lines, so appending continues from a clean state.
-    """
-    done: dict[str, Trajectory] = {}
-    dropped = 0
-    for shard in sorted(Path(out_dir).glob(f"{SHARD_PREFIX}*.jsonl")):
-        data = shard.read_bytes()
-        good: list[bytes] = []
-        for raw in data.splitlines(keepends=True):
-            traj = _parse(raw)
-            if traj is None:
-                dropped += 1
-                continue
-            good.append(raw)
-            done[traj.meta.get("key", _key(traj.id, 0))] = traj
-        if repair and sum(map(len, good)) < len(data):
-            tmp = shard.with_suffix(".repair")
-            tmp.write_bytes(b"".join(good))
-            os.replace(tmp, shard)
-    return done, dropped
-
-
-class ShardWriter:
-    """Append trajectories to numbered shards of at most ``shard_size`` lines, fsync'd per line."""
-
-    def __init__(self, out_dir: str | Path, shard_size: int = 500):
-        self.dir = Path(out_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.shard_size = shard_size
-        existing = sorted(self.dir.glob(f"{SHARD_PREFIX}*.jsonl"))
-        self.index = max(0, len(existing) - 1)
-        self.count = 0
-        if existing:
-            with open(existing[-1], "rb") as f:
-                self.count = sum(1 for _ in f)
-        self._f = None
-
-    def write(self, traj: Trajectory) -> None:
-        if self.count >= self.shard_size:
-            self.close()
-            self.index += 1
-            self.count = 0
-        if self._f is None:
-            self._f = open(self.dir / f"{SHARD_PREFIX}{self.index:05d}.jsonl", "a", encoding="utf-8")
-        self._f.write(traj.to_json() + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self.count += 1
-
-    def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+    """Read every shard; return {key: trajectory} and the number of torn lines dropped."""
+    return shard_store(out_dir).scan(repair=repair)
 
 
 def synthesize_trajectories(items: list[dict], policy, browser, out_dir: str | Path, *,
@@ -169,7 +77,7 @@ def _synthesize(items: list[dict], policy, browser, out_dir: str | Path, *, samp
     if progress:
         print(f"{len(done)} trajectories already written, {dropped} broken lines dropped, {len(batch)} to run",
               file=sys.stderr, flush=True)
-    writer = ShardWriter(out_dir)
+    writer = shard_store(out_dir).writer()
 
     def record(traj: Trajectory) -> None:
         traj.meta["key"] = traj.id
@@ -188,7 +96,7 @@ def _synthesize(items: list[dict], policy, browser, out_dir: str | Path, *, samp
 
 
 def load_trajectories(out_dir: str | Path) -> list[Trajectory]:
-    return list(scan_shards(out_dir, repair=False)[0].values())
+    return shard_store(out_dir).load()
 
 
 def filter_trajectories(trajs: list[Trajectory], *, min_reward: float = 0.8, require_format: bool = True,

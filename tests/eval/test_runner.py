@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from eval.rundir import RunDirError, load_results, scan_trajectories
+from eval.rundir import RunDirError, load_results
 from eval.runner import evaluate
+from research_agent.store import TrajectoryStore
 
 
 class FakeBrowser:
@@ -55,7 +56,7 @@ def test_resume_after_interruption_does_not_redo_answered_questions(scripted, ma
     results = run(items, tmp_path / "r")
     assert scripted.calls[-1] == ["q3", "q4", "q5"], "only the unanswered questions run again"
     assert results["n_resumed"] == 3 and results["metrics"]["n"] == 6
-    ids = [t.id for t in scan_trajectories(path)]
+    ids = list(TrajectoryStore(path.parent).scan()[0])
     assert sorted(ids) == [f"q{i}" for i in range(6)], "no duplicates, broken line gone"
 
     again = run(items, tmp_path / "r")  # everything done: nothing runs, results rewritten
@@ -81,7 +82,7 @@ def test_corrupt_middle_line_stops_instead_of_lying(scripted, make_items, tmp_pa
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], "{broken", lines[2]]) + "\n")
     with pytest.raises(RunDirError, match="line 2 is corrupt"):
-        scan_trajectories(path)
+        TrajectoryStore(path.parent).scan()
 
 
 def test_older_schema_run_dir_is_refused(tmp_path):
