@@ -1,4 +1,5 @@
-"""Files every package reads and writes: the cache directory, atomic writes, JSONL records.
+"""Files every package reads and writes: the cache directory, atomic writes, JSONL records, and the
+seeded subset that every ``--limit`` takes of them.
 
 The lowest module of the house: ``corpus``, ``synth``, ``eval``, the agent and the trainer all use
 it, and it imports nothing of the project, so none of them has to import another to share a helper.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -71,3 +73,14 @@ def read_jsonl(path: str | Path, *, required: tuple[str, ...] = (), split: str |
     if bad:
         print(f"{path}: {bad} broken lines skipped", file=sys.stderr)
     return out
+
+
+def seeded_subset(items: list, limit: int | None, seed: int = 0) -> list:
+    """A seeded shuffle, then the first ``limit``: what ``--limit N`` means in every command. Smaller
+    subsets are prefixes of larger ones (same seed), so a larger limit extends a run instead of
+    starting another; the first N of a file would be whatever order the file happens to have."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    order = list(items)
+    random.Random(seed).shuffle(order)
+    return order if limit is None else order[:limit]

@@ -21,13 +21,13 @@ import hashlib
 import io
 import json
 import math
-import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corpus.files import seeded_subset
 from corpus.sources import MAX_JSON_DEPTH, json_depth, writable_json
 from eval.fetch import simpleqa_file, squad_file, strategyqa_file
 
@@ -71,12 +71,8 @@ class CorpusSpec:
 
 
 def subset(items: list[dict], limit: int | None, seed: int) -> list[dict]:
-    """Seeded shuffle, then the first ``limit``: smaller subsets are prefixes of larger ones."""
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
-    order = list(items)
-    random.Random(seed).shuffle(order)
-    return order if limit is None else order[:limit]
+    """Seeded shuffle, then the first ``limit`` (``corpus.files.seeded_subset``, as every --limit)."""
+    return seeded_subset(items, limit, seed)
 
 
 # ---- SQuAD v1.1 (open-domain) ------------------------------------------------------------------

@@ -19,27 +19,17 @@ from typing import Any
 
 from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
 from eval.rundir import RunDirError
-from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file, parse_pairs
-
-# Settings every command spells the same way (``ask``, ``synth``, ``train`` have these flags too).
-COMMON_FLAGS = ("context", "max_turns", "max_tool_calls", "max_new_tokens")
+from research_agent.configs import ConfigError, add_config_flags, config_from_args
 
 
-def agent_config(pairs: list[str], flags: dict[str, Any] | None = None, file: str | None = None) -> Any:
-    """AgentConfig from a TOML/YAML file, then ``name=value`` overrides, then common flags, each value
-    parsed as its field's type."""
+def agent_config(args: argparse.Namespace) -> Any:
+    """AgentConfig from ``--config``, ``--set`` and the common flags, each value parsed as its field's type."""
     from research_agent.agent import AgentConfig
 
     try:
-        return build(AgentConfig, {**(load_file(file) if file else {}), **parse_pairs(pairs), **(flags or {})})
+        return config_from_args(args, AgentConfig)
     except ConfigError as e:
-        raise SystemExit(f"--set: {e}") from None
-
-
-def _common(args: argparse.Namespace) -> dict[str, Any]:
-    from research_agent.agent import AgentConfig
-
-    return {k: v for k, v in flag_values(args, AgentConfig).items() if k in COMMON_FLAGS}
+        raise SystemExit(f"error: {e}") from None
 
 
 def _add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -63,14 +53,9 @@ def _add_bench_args(p: argparse.ArgumentParser) -> None:
         help="corpus index directory (default: the benchmark's own or the default corpus)",
     )
     p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="NAME=VALUE", help="override an AgentConfig field"
-    )
     from research_agent.agent import AgentConfig
 
-    add_flags(p, AgentConfig, only=COMMON_FLAGS)
-    p.add_argument("--config", default=None, metavar="FILE",
-                   help="TOML or YAML file of AgentConfig settings (--set and flags override it)")
+    add_config_flags(p, AgentConfig)
     p.add_argument(
         "--concurrency", type=int, default=8, help="trajectories in flight at once (batched policy)"
     )
@@ -175,7 +160,7 @@ def cmd_qa(args: argparse.Namespace) -> int:
     from research_agent.policy import load_policy
 
     items, spec = _load_items(args)
-    config = agent_config(args.set, _common(args), args.config)
+    config = agent_config(args)
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint)
     info = {**_run_info(args), "model": args.model, "adapter": args.adapter, "endpoint": args.endpoint}
@@ -235,7 +220,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
     train_dir = Path(args.train_dir)
     items, spec = _load_items(args)
-    config = agent_config(args.set, _common(args), args.config)
+    config = agent_config(args)
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     model = args.model or _training_model(train_dir)
     out = Path(args.out) if args.out else train_dir / "heldout"

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from corpus.files import seeded_subset
 from eval.compare import save_figure
 from eval.rundir import (
     RESULTS,
@@ -46,7 +47,7 @@ from research_agent.code.agent import CodeAgentConfig, run_code_batch
 from research_agent.code.apidocs import api_docs_browser, api_docs_dir
 from research_agent.code.env import MODES
 from research_agent.code.sandbox import SandboxError, require_contained
-from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file, parse_pairs
+from research_agent.configs import ConfigError, add_config_flags, config_from_args
 from research_agent.store import TrajectoryStore
 from research_agent.trajectory import Trajectory
 
@@ -511,20 +512,12 @@ def rescore(out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
 
 
 # ---- CLI --------------------------------------------------------------------------------------
-COMMON_FLAGS = ("max_turns", "max_tool_calls", "max_new_tokens")  # spelled as in ask, synth, train, eval qa
-
-
-def config_from_pairs(pairs: list[str], flags: dict[str, Any] | None = None,
-                      file: str | None = None) -> CodeAgentConfig:
-    """CodeAgentConfig from a TOML/YAML file, then ``name=value`` overrides, then common flags, each
-    parsed as its field's type (mode is --mode)."""
+def code_config(args: argparse.Namespace) -> CodeAgentConfig:
+    """CodeAgentConfig from ``--config``, ``--set`` and the common flags (the mode is --mode)."""
     try:
-        values = {**(load_file(file) if file else {}), **parse_pairs(pairs), **(flags or {})}
-        if "mode" in values:
-            raise ConfigError("the mode is set with --mode")
-        return build(CodeAgentConfig, values)
+        return config_from_args(args, CodeAgentConfig, reserved={"mode": "--mode"})
     except ConfigError as e:
-        raise SystemExit(f"--set: {e}") from None
+        raise SystemExit(f"error: {e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -542,7 +535,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="model name, HF id or local path")
     p.add_argument("--adapter", default=None, help="LoRA adapter directory (e.g. after RL)")
     p.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
-    p.add_argument("--limit", type=int, default=None, help="the first N tasks")
+    p.add_argument("--limit", type=int, default=None,
+                   help="a seeded random subset of N tasks (same seed: smaller subsets are prefixes)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
     p.add_argument(
         "--ids",
         default=None,
@@ -559,16 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated modules to document when the docs corpus is built (default: all)",
     )
     p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid (docs search)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override a CodeAgentConfig field (max_turns, max_new_tokens, ...)",
-    )
-    add_flags(p, CodeAgentConfig, only=COMMON_FLAGS)
-    p.add_argument("--config", default=None, metavar="FILE",
-                   help="TOML or YAML file of CodeAgentConfig settings (--set and flags override it)")
+    add_config_flags(p, CodeAgentConfig)
     p.add_argument("--allow-unsafe-sandbox", action="store_true",
                    help="run model-written code even where the sandbox cannot contain it (docs/security.md); "
                         "without it, an uncontained level is refused before anything runs")
@@ -628,11 +614,13 @@ def main(argv: list[str] | None = None) -> int:
             print(compare_code_runs(args.compare, args.out))
             print(f"results: {Path(args.out) / TABLE}, {Path(args.out) / PLOT}", file=sys.stderr)
             return 0
-        flags = {k: v for k, v in flag_values(args, CodeAgentConfig).items() if k in COMMON_FLAGS}
-        config = config_from_pairs(args.set, flags, args.config)
+        config = code_config(args)
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1")
-        tasks = select_ids(load_tasks(args.tasks, limit=args.limit), args.ids)
+        tasks = load_tasks(args.tasks)
+        if args.limit is not None:
+            tasks = seeded_subset(tasks, args.limit, args.seed)
+        tasks = select_ids(tasks, args.ids)
         if not tasks:
             raise ValueError(f"{args.tasks} has no tasks")
         if args.rl_run:
@@ -651,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         info = {
             "tasks": args.tasks,
             "limit": args.limit,
+            **({"seed": args.seed} if args.limit is not None else {}),
             **({"ids": [t.id for t in tasks]} if args.ids else {}),
             "model": args.model,
             "adapter": args.adapter,

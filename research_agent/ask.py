@@ -17,6 +17,12 @@ import time
 
 STARTED = time.perf_counter()  # "time to first answer" counts from here (the install excluded)
 
+from .configs import COMMON_FLAGS, add_config_flags  # noqa: E402  (light: argparse and tomllib only)
+
+ASK_FLAGS = (*COMMON_FLAGS, "template", "context_tokens")
+# ask checks citations by meaning too: one question, so the embedding cost is small
+ASK_DEFAULTS = {"semantic_citations": True}
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -32,14 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "(default qwen2.5-coder-0.5b)")
     p.add_argument("--adapter", default=None, help="LoRA adapter directory (e.g. from training)")
     p.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
-    p.add_argument("--max-turns", type=int, default=None)
-    p.add_argument("--max-tool-calls", type=int, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per policy turn")
-    p.add_argument("--template", choices=["fast", "slow"], default="fast")
-    p.add_argument("--context", choices=["full", "managed"], default="full",
-                   help="full: the prompt is the whole transcript; managed: each step sees the question, the "
-                        "model's notes and the last result (long researches in a small window)")
-    p.add_argument("--context-tokens", type=int, default=None, help="managed context: tokens per step")
+    from .agent import AgentConfig
+
+    add_config_flags(p, AgentConfig, flags=ASK_FLAGS, defaults=ASK_DEFAULTS)
     p.add_argument("--record", default=None, help="live backend: record every response to this directory")
     p.add_argument("--replay", default=None, help="live backend: serve responses from a recording, offline")
     p.add_argument("--json", action="store_true", help="print the whole trajectory as JSON")
@@ -79,16 +80,13 @@ def stream_step(out):
     return show
 
 
+
 def agent_config(args):
     from .agent import AgentConfig
-    from .configs import ConfigError, build
+    from .configs import ConfigError, config_from_args
 
-    values = {"template": args.template, "semantic_citations": True, "context": args.context}
-    for name in ("max_turns", "max_tool_calls", "max_new_tokens", "context_tokens"):
-        if getattr(args, name) is not None:  # 0 is a value (and refused), not "unset"
-            values[name] = getattr(args, name)
     try:
-        return build(AgentConfig, values)
+        return config_from_args(args, AgentConfig, defaults=ASK_DEFAULTS, flags=ASK_FLAGS)
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
 

@@ -128,12 +128,14 @@ def load_file(path: str | Path) -> dict[str, Any]:
 
 
 def add_flags(parser: argparse.ArgumentParser, cls: type, only: tuple[str, ...] | None = None,
-              skip: tuple[str, ...] = ()) -> None:
-    """``--field-name`` for each field (strings, parsed later by ``build``; unset flags stay None)."""
+              skip: tuple[str, ...] = (), defaults: dict[str, Any] | None = None) -> None:
+    """``--field-name`` for each field (strings, parsed later by ``build``; unset flags stay None);
+    ``defaults`` are the command's own defaults, where they differ from the dataclass's, for the help."""
     for f in dataclasses.fields(cls):
         if f.name in skip or (only is not None and f.name not in only):
             continue
         default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        default = (defaults or {}).get(f.name, default)
         text = f.metadata.get("help", "")
         text = f"{text} (default: {default})" if text else f"default: {default}"
         flag, help_text = "--" + f.name.replace("_", "-"), text.replace("%", "%%")  # argparse formats help with %
@@ -148,3 +150,38 @@ def flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The fields of ``cls`` that were given as flags."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
             if getattr(args, f.name, None) is not None}
+
+
+# Agent settings every command that runs the agent spells the same way, as flags (``ask``, ``synth
+# trajectories``, ``train``, ``eval qa``, ``eval code``); every other field is reachable through
+# ``--set NAME=VALUE`` and ``--config FILE``.
+COMMON_FLAGS = ("context", "max_turns", "max_tool_calls", "max_new_tokens")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type, *, flags: tuple[str, ...] = COMMON_FLAGS,
+                     defaults: dict[str, Any] | None = None) -> None:
+    """``--config FILE``, ``--set NAME=VALUE`` (repeatable) and ``flags`` (those of them ``cls`` has)."""
+    name = cls.__name__
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"override one {name} field (any of them, as in a --config file)")
+    add_flags(parser, cls, only=flags, defaults=defaults)
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help=f"TOML or YAML file of {name} settings (--set and flags override it)")
+
+
+def config_from_args(args: argparse.Namespace, cls: type, *, defaults: dict[str, Any] | None = None,
+                     flags: tuple[str, ...] = COMMON_FLAGS, reserved: dict[str, str] | None = None) -> Any:
+    """``cls`` from the command's ``defaults``, then ``--config``, then ``--set``, then ``flags``.
+
+    ``reserved`` names fields that the command sets itself, with the flag that does it (``{"mode":
+    "--mode"}``): setting one in a file or a pair is an error, not a silent override.
+    Raises ``ConfigError`` with one message for anything wrong.
+    """
+    given = {**(load_file(args.config) if getattr(args, "config", None) else {}),
+             **parse_pairs(getattr(args, "set", None))}
+    for name, flag in (reserved or {}).items():
+        if name in given:
+            raise ConfigError(f"{name} is set with {flag}")
+    values = {**(defaults or {}), **given,
+              **{k: v for k, v in flag_values(args, cls).items() if k in flags}}
+    return build(cls, values)

@@ -10,9 +10,16 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# the agent flags of `synth trajectories` (all other AgentConfig fields: --set, --config); a teacher
+# samples (temperature 0.7, the seed's rollout temperature) so --samples N gives N different episodes
+SYNTH_FLAGS = ("context", "max_turns", "max_tool_calls", "max_new_tokens", "template", "temperature",
+               "context_tokens")
+SYNTH_DEFAULTS = {"temperature": 0.7}
+
 
 def cmd_qa(args) -> int:
     from corpus import open_corpus
+    from corpus.files import seeded_subset
 
     from .qa import QASynthesizer, read_jsonl, write_jsonl
 
@@ -31,8 +38,8 @@ def cmd_qa(args) -> int:
                 balanced.append(it)
                 counts[it.kind] = counts.get(it.kind, 0) + 1
         items = balanced
-    if args.limit:
-        items = items[: args.limit]
+    if args.limit is not None:
+        items = seeded_subset(items, args.limit, args.seed)
     write_jsonl(args.out, items)
     for w in stats["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
@@ -53,17 +60,24 @@ def cmd_trajectories(args) -> int:
 
 
 def _trajectories(args) -> int:
+    from corpus.files import seeded_subset
     from research_agent.agent import AgentConfig
+    from research_agent.configs import ConfigError, config_from_args
     from research_agent.policy import load_policy
 
     from .qa import read_jsonl
     from .trajectories import output_lock, synthesize_trajectories
 
+    try:
+        cfg = config_from_args(args, AgentConfig, defaults=SYNTH_DEFAULTS, flags=SYNTH_FLAGS)
+    except ConfigError as e:  # before a model or a corpus is loaded
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     with output_lock(args.out):  # fail fast, before a model or a corpus is loaded
         pass
     items = read_jsonl(args.qa, split=args.split or None)
-    if args.limit:
-        items = items[: args.limit]
+    if args.limit is not None:
+        items = seeded_subset(items, args.limit, args.seed)
     from corpus import open_browser
 
     browser = open_browser(corpus=args.corpus, retrieval_url=args.retrieval_url)
@@ -77,9 +91,6 @@ def _trajectories(args) -> int:
         policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir(args.model)), items)
     else:
         policy = load_policy(args.model, endpoint=args.endpoint)
-    cfg = AgentConfig(template=args.template, temperature=args.temperature, max_turns=args.max_turns,
-                      max_tool_calls=args.max_tool_calls, max_new_tokens=args.max_new_tokens,
-                      context=args.context, context_tokens=args.context_tokens)
     stats = synthesize_trajectories(items, policy, browser, args.out, samples=args.samples, config=cfg,
                                     concurrency=args.concurrency)
     if args.memory:
@@ -112,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--corpus", default=None, help="corpus directory (default: the embedded corpus)")
     q.add_argument("--out", required=True)
     q.add_argument("--per-kind", type=int, default=None, help="at most N questions of each kind (balance)")
-    q.add_argument("--limit", type=int, default=None)
+    q.add_argument("--limit", type=int, default=None, help="a seeded random subset of N questions")
     q.add_argument("--single-hop-only", action="store_true")
     q.add_argument("--exclude", nargs="*", help="evaluation JSONL files whose questions/answers must not leak")
     q.add_argument("--seed", type=int, default=0)
@@ -128,16 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--corpus", default=None)
     t.add_argument("--retrieval-url", default=None)
     t.add_argument("--split", default="train")
-    t.add_argument("--limit", type=int, default=None)
+    t.add_argument("--limit", type=int, default=None,
+                   help="a seeded random subset of N questions (same seed: smaller subsets are prefixes)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
     t.add_argument("--samples", type=int, default=1, help="trajectories per question")
-    t.add_argument("--temperature", type=float, default=0.7)
-    t.add_argument("--template", default="fast")
-    t.add_argument("--max-turns", type=int, default=5)
-    t.add_argument("--max-tool-calls", type=int, default=3)
-    t.add_argument("--max-new-tokens", type=int, default=64)
-    t.add_argument("--context", choices=["full", "managed"], default="full",
-                   help="managed: each step sees the question, the model's notes and the last result")
-    t.add_argument("--context-tokens", type=int, default=1024, help="managed context: tokens per step")
+    from research_agent.agent import AgentConfig
+    from research_agent.configs import add_config_flags
+
+    add_config_flags(t, AgentConfig, flags=SYNTH_FLAGS, defaults=SYNTH_DEFAULTS)
     t.add_argument("--concurrency", type=int, default=8)
     t.add_argument("--memory", default=None, metavar="DIR",
                    help="add the written trajectories to this case memory (B6); a run is a success by its gold")

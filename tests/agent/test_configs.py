@@ -75,38 +75,44 @@ def test_a_bare_boolean_flag_means_true():
     assert cfg.allow_unsafe_sandbox is True and cfg.share_prefix is False
 
 
-def test_the_same_flag_means_the_same_in_ask_and_eval():
+def test_the_same_flag_means_the_same_in_ask_eval_and_synth():
     from eval.cli import agent_config as eval_config
     from eval.cli import build_parser as eval_parser
     from eval.code import build_parser as code_parser
-    from eval.code import config_from_pairs
+    from eval.code import code_config
     from research_agent.ask import agent_config as ask_config
     from research_agent.ask import build_parser as ask_parser
+    from synth.__main__ import main as synth_main
 
     ask = ask_config(ask_parser().parse_args(["q", "--max-new-tokens", "40", "--context", "managed"]))
-    args = eval_parser().parse_args(["qa", "--bench", "x", "--out", "o", "--max-new-tokens", "40",
-                                     "--context", "managed"])
-    from eval.cli import _common
-
-    ev = eval_config(args.set, _common(args))
+    ev = eval_config(eval_parser().parse_args(["qa", "--bench", "x", "--out", "o", "--max-new-tokens", "40",
+                                               "--context", "managed"]))
     assert ask.max_new_tokens == ev.max_new_tokens == 40 and ask.managed and ev.managed
+    assert ask.semantic_citations and not ev.semantic_citations, "ask's own default, eval's dataclass default"
     cargs = code_parser().parse_args(["--out", "o", "--max-new-tokens", "40", "--corpus", "docs-dir"])
-    assert cargs.docs == "docs-dir" and config_from_pairs([], {"max_new_tokens": "40"}).max_new_tokens == 40
+    assert cargs.docs == "docs-dir" and code_config(cargs).max_new_tokens == 40
     with pytest.raises(SystemExit, match="max_turns must be at least 1"):
         ask_config(ask_parser().parse_args(["q", "--max-turns", "0"]))
+    with pytest.raises(SystemExit, match="mode is set with --mode"):
+        code_config(code_parser().parse_args(["--out", "o", "--set", "mode=no-tools"]))
+    # synth refuses a bad setting before it loads anything (the QA file does not even exist)
+    assert synth_main(["trajectories", "--qa", "missing.jsonl", "--out", "o", "--set", "max_turns=zero"]) == 2
 
 
 def test_eval_reads_agent_settings_from_a_file_under_its_flags(tmp_path):
-    from eval.cli import _common, agent_config, build_parser
-    from eval.code import config_from_pairs
+    from eval.cli import agent_config, build_parser
+    from eval.code import build_parser as code_parser
+    from eval.code import code_config
 
     path = tmp_path / "agent.toml"
     path.write_text('max_turns = 3\nsemantic_citations = "yes"\n')
     args = build_parser().parse_args(["qa", "--bench", "x", "--out", "o", "--config", str(path), "--max-turns", "4"])
-    cfg = agent_config(args.set, _common(args), args.config)
+    cfg = agent_config(args)
     assert cfg.max_turns == 4 and cfg.semantic_citations is True  # the flag wins over the file
     (tmp_path / "code.toml").write_text("test_feedback = true\nmax_turns = 2\n")
-    code = config_from_pairs(["max_turns=3"], None, str(tmp_path / "code.toml"))
+    code = code_config(code_parser().parse_args(["--out", "o", "--config", str(tmp_path / "code.toml"),
+                                                 "--set", "max_turns=3"]))
     assert code.test_feedback is True and code.max_turns == 3
     with pytest.raises(SystemExit, match="does not exist"):
-        agent_config([], None, str(tmp_path / "missing.toml"))
+        agent_config(build_parser().parse_args(["qa", "--bench", "x", "--out", "o", "--config",
+                                                str(tmp_path / "missing.toml")]))

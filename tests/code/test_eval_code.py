@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from corpus.files import seeded_subset
 from eval.code import api_docs_browser, code_metrics, evaluate_code, main, rl_result, select_ids
 from eval.rundir import RunDirError
 from research_agent.code.tasks import load_tasks
@@ -173,16 +174,20 @@ def test_cli_runs_a_tiny_real_model_and_reports_clear_errors(smol, tmp_path, cap
     assert m["n"] == 2 and 0.0 <= m["pass_at_1"] <= 1.0 and m["turns"] == 1.0
     assert results["agent_config"]["max_new_tokens"] == 16 and results["model"] == "smollm2-135m"
     assert (out / "table.md").exists() and (out / "pass_at_1.png").read_bytes().startswith(PNG_MAGIC)
-    for line in (out / "no-tools" / "trajectories.jsonl").read_text().splitlines():
+    lines = (out / "no-tools" / "trajectories.jsonl").read_text().splitlines()
+    for line in lines:
         steps = json.loads(line)["steps"]
         assert len(steps) == 1 and len(steps[0]["completion_ids"]) <= 16
+    subset = [t.id for t in seeded_subset(load_tasks("dataframebench:test"), 2, 0)]
+    assert sorted(json.loads(line)["id"] for line in lines) == sorted(subset), "--limit is the seeded subset"
+    assert subset != ["DFB/B0001", "DFB/B0002"]
     assert main(["--tasks", "mbpp", "--out", str(tmp_path / "x"), "--quiet"]) == 2
     assert "unknown task spec" in capsys.readouterr().err
     assert (
         main([*argv[:-3], "--out", str(tmp_path / "y"), "--rl-run", str(out), "--quiet"]) == 2
     )  # a base run is no after-RL result
     assert "without --adapter" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--set: expected name=value"):
+    with pytest.raises(SystemExit, match="error: expected name=value"):
         main([*argv, "--set", "temperature"])
     assert main([*argv[:-3], "--ids", "B0001,B9999", "--out", str(tmp_path / "z"), "--quiet"]) == 2
     assert "B9999" in capsys.readouterr().err and not (tmp_path / "z").exists()
@@ -264,8 +269,11 @@ def test_runs_made_before_observation_format_resume_only_where_it_cannot_matter(
 
 
 def test_runs_made_before_loop_stopping_resume_only_without_it(tmp_path, capsys):
-    from eval.code import _start_mode, config_from_pairs
+    from eval.code import _start_mode, build_parser, code_config
     from research_agent.code.agent import CodeAgentConfig
+
+    def config_from_pairs(pairs):
+        return code_config(build_parser().parse_args(["--out", "o", *(f"--set={p}" for p in pairs)]))
 
     assert config_from_pairs(["stop_loops=false"]).stop_loops is False
     assert config_from_pairs(["stop_loops=True", "max_turns=3"]) == CodeAgentConfig(max_turns=3)
