@@ -22,7 +22,7 @@ import numpy as np
 
 from corpus.chunk import chunk_text_spans
 from corpus.documents import LINE_WIDTH, Document
-from corpus.embed import Embedder
+from corpus.embed import Embedder, embedder_name
 from corpus.index import INDEX_TYPES, SparseIndex, new_dense_index, read_dense, write_dense
 from corpus.presets import preset_documents, preset_parts, preset_source_hashes
 from corpus.sources import (
@@ -36,6 +36,7 @@ from corpus.sources import (
 from corpus.store import (
     CHUNKS,
     DENSE,
+    DENSE_BUILDING,
     DOCUMENTS,
     KIND,
     MANIFEST,
@@ -172,12 +173,14 @@ def _embedding_cache(out: Path) -> Path:
 
 
 def _write(out: Path, docs: list[Document], rows: Rows, dense, sparse: SparseIndex, manifest: dict) -> None:
-    """Write the whole corpus into a staging directory, then rename it to ``out``."""
+    """Write the whole corpus into a staging directory, then rename it to ``out`` (``dense`` None:
+    a corpus whose dense index is still to be built)."""
     staged = staging_dir(out)
     try:
         write_jsonl(staged / DOCUMENTS, (d.to_dict() for d in docs))
         write_jsonl(staged / CHUNKS, ([d, n, s, e] for d, n, s, e in rows))
-        write_dense(dense, staged / DENSE)
+        if dense is not None:
+            write_dense(dense, staged / DENSE)
         (staged / SPARSE).mkdir()
         sparse.save(staged / SPARSE)
         write_manifest(staged / MANIFEST, manifest)
@@ -216,11 +219,14 @@ def build_corpus(
     batch_size: int = 64,
     progress: bool = True,
     documents: Iterable[Document] | None = None,
+    dense: bool = True,
 ) -> dict:
     """Build a corpus at ``out`` from a preset, files/directories and/or documents; return its manifest.
 
     Bad items are skipped (one line each on stderr, counted in the manifest); a corpus already at
-    ``out`` is replaced atomically when the new one is complete.
+    ``out`` is replaced atomically when the new one is complete. With ``dense=False`` only the
+    chunks and BM25 are built, and the manifest marks the dense index as still building
+    (``corpus.staged.build_dense`` adds it).
     """
     if out is None:
         raise CorpusError("build_corpus needs out=DIR, the directory to write the corpus to")
@@ -264,22 +270,31 @@ def build_corpus(
         raise CorpusError(f"no documents to index ({len(skips)} items skipped); check the sources")
     rows = _chunk_all(docs, chunk_chars, overlap_chars, progress)
     by_id = {d.id: d for d in docs}
-    t_embed = time.perf_counter()
-    emb = Embedder(embedder)
-    vectors = _embed(emb, _texts(rows, by_id, index_text), batch_size, progress, cache=_embedding_cache(out))
-    embed_s = time.perf_counter() - t_embed
-    dense = new_dense_index(index_type, emb.dim, vectors)
-    dense.add(vectors)
+    index, emb, embed_s = None, None, 0.0
+    if dense:
+        t_embed = time.perf_counter()
+        emb = Embedder(embedder)
+        vectors = _embed(emb, _texts(rows, by_id, index_text), batch_size, progress, cache=_embedding_cache(out))
+        embed_s = time.perf_counter() - t_embed
+        index = new_dense_index(index_type, emb.dim, vectors)
+        index.add(vectors)
     sparse = SparseIndex.build(_texts(rows, by_id, sparse_text))
     elapsed = time.perf_counter() - t0
+    if dense:
+        build = {"seconds": round(elapsed, 2), "embed_seconds": round(embed_s, 2),
+                 "chunks_per_s": round(len(rows) / elapsed, 1) if elapsed else None}
+    else:
+        build = {"staged": True, "sparse_seconds": round(elapsed, 2)}
     manifest = {
         "kind": KIND,
         "schema_version": SCHEMA_VERSION,
         "created": now_iso(),
         "updated": now_iso(),
-        "embedder": {"name": emb.name, "dim": emb.dim, "normalized": True},
+        "embedder": {"name": emb.name if emb else embedder_name(embedder), "dim": emb.dim if emb else None,
+                     "normalized": True},
         "index": {
             "dense": index_type,
+            **({} if dense else {"dense_status": DENSE_BUILDING}),
             "metric": "inner_product",
             "sparse": "bm25s",
             "bm25_title_weight": BM25_TITLE_WEIGHT,
@@ -300,17 +315,15 @@ def build_corpus(
             "hashes": hashes,
         },
         "versions": library_versions(),
-        "build": {
-            "seconds": round(elapsed, 2),
-            "embed_seconds": round(embed_s, 2),
-            "chunks_per_s": round(len(rows) / elapsed, 1) if elapsed else None,
-        },
+        "build": build,
     }
-    _write(out, docs, rows, dense, sparse, manifest)
-    shutil.rmtree(_embedding_cache(out), ignore_errors=True)
+    _write(out, docs, rows, index, sparse, manifest)
+    if dense:
+        shutil.rmtree(_embedding_cache(out), ignore_errors=True)
     if progress:
+        what = "" if dense else " (chunks and BM25; the dense index is not built yet)"
         print(
-            f"built {out}: {len(docs)} documents, {len(rows)} chunks, {len(skips)} skipped, {elapsed:.1f} s",
+            f"built {out}{what}: {len(docs)} documents, {len(rows)} chunks, {len(skips)} skipped, {elapsed:.1f} s",
             file=sys.stderr,
             flush=True,
         )

@@ -3,8 +3,8 @@
 Embedding the 17,121 chunks of the default corpus takes ~13 minutes on two cores; BM25 over the
 same chunks takes seconds.  So the first ``open_corpus()`` on a fresh machine builds in two phases:
 
-1. ``build_sparse``: read the documents, chunk them, build BM25 and publish the corpus without
-   ``dense.faiss`` (atomically, as ``build_corpus`` does); its manifest says
+1. ``build_sparse``: ``build_corpus(dense=False)`` reads the documents, chunks them, builds BM25 and
+   publishes the corpus without ``dense.faiss`` (atomically); its manifest says
    ``"index": {"dense_status": "building", ...}``.  It is searched by BM25 at once.
 2. ``build_dense``: embed the chunks, rename ``dense.faiss`` into the corpus, then drop the mark
    from the manifest (an atomic replace).  It runs under the corpus's build lock, usually in a
@@ -24,49 +24,25 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
-from corpus.build import (
-    BM25_TITLE_WEIGHT,
-    _chunk_all,
-    _embed,
-    _embedding_cache,
-    _progress,
-    _texts,
-    _unique,
-    index_text,
-    sparse_text,
-)
-from corpus.documents import LINE_WIDTH, Document
-from corpus.embed import Embedder, embedder_name
-from corpus.index import INDEX_TYPES, SparseIndex, new_dense_index, write_dense
-from corpus.presets import preset_documents, preset_parts, preset_source_hashes
-from corpus.sources import Skips
+from corpus.build import _embed, _embedding_cache, _texts, build_corpus, index_text
+from corpus.documents import Document
+from corpus.embed import Embedder
+from corpus.index import new_dense_index, write_dense
 from corpus.store import (
-    CHUNKS,
     DENSE,
-    DENSE_BUILDING,
-    DOCUMENTS,
-    KIND,
     MANIFEST,
-    MAX_SKIPS_RECORDED,
-    SCHEMA_VERSION,
-    SPARSE,
     CorpusError,
     build_lock,
     build_running,
-    check_writable_target,
     dense_log_path,
     dense_pending,
-    library_versions,
     now_iso,
-    publish,
     read_chunk_rows,
     read_documents,
     read_manifest,
-    staging_dir,
-    write_jsonl,
     write_manifest,
 )
 
@@ -86,87 +62,11 @@ def build_sparse(
 ) -> dict:
     """Phase 1: publish a corpus at ``out`` with its chunks and BM25 index, its dense index marked
     as still building; return its manifest.  ``build_dense`` completes it."""
-    out = Path(out).expanduser()
-    if index_type not in INDEX_TYPES:
-        raise CorpusError(f"unknown index type {index_type!r}; choose one of {', '.join(INDEX_TYPES)}")
     if preset is None and documents is None:
         raise CorpusError("nothing to build: give a preset (default) or documents")
-    if preset is not None:
-        try:
-            preset_parts(preset)
-        except ValueError as e:
-            raise CorpusError(str(e)) from e
-    check_writable_target(out)
-    t0 = time.perf_counter()
-    skips = Skips()
-    hashes: dict[str, str] = {}
-    given = [0]
-
-    def all_docs() -> Iterator[Document]:
-        if preset is not None:
-            hashes.update(preset_source_hashes(preset, quiet=not progress))
-            yield from preset_documents(preset, quiet=not progress)
-        for doc in documents or ():
-            given[0] += 1
-            yield doc
-
-    try:
-        docs = list(
-            _unique(_progress(all_docs(), desc="reading", unit="doc", enabled=progress), skips, set())
-        )
-    except (OSError, ValueError) as e:
-        raise CorpusError(f"cannot read the sources: {e}") from e
-    if not docs:
-        raise CorpusError(f"no documents to index ({len(skips)} items skipped); check the sources")
-    rows = _chunk_all(docs, chunk_chars, overlap_chars, progress)
-    by_id = {d.id: d for d in docs}
-    sparse = SparseIndex.build(_texts(rows, by_id, sparse_text))
-    elapsed = time.perf_counter() - t0
-    manifest = {
-        "kind": KIND,
-        "schema_version": SCHEMA_VERSION,
-        "created": now_iso(),
-        "updated": now_iso(),
-        "embedder": {"name": embedder_name(embedder), "dim": None, "normalized": True},
-        "index": {
-            "dense": index_type,
-            "dense_status": DENSE_BUILDING,
-            "metric": "inner_product",
-            "sparse": "bm25s",
-            "bm25_title_weight": BM25_TITLE_WEIGHT,
-            "fusion": "rrf",
-        },
-        "chunking": {
-            "chunk_chars": chunk_chars,
-            "overlap_chars": overlap_chars,
-            "title_prefix": True,
-            "line_width": LINE_WIDTH,
-        },
-        "counts": {"documents": len(docs), "chunks": len(rows), "skipped": len(skips)},
-        "skipped": skips.items[:MAX_SKIPS_RECORDED],
-        "sources": {"preset": preset, "paths": [], "documents": given[0], "hashes": hashes},
-        "versions": library_versions(),
-        "build": {"staged": True, "sparse_seconds": round(elapsed, 2)},
-    }
-    staged = staging_dir(out)
-    try:
-        write_jsonl(staged / DOCUMENTS, (d.to_dict() for d in docs))
-        write_jsonl(staged / CHUNKS, ([d, n, s, e] for d, n, s, e in rows))
-        (staged / SPARSE).mkdir()
-        sparse.save(staged / SPARSE)
-        write_manifest(staged / MANIFEST, manifest)
-        publish(staged, out)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    if progress:
-        print(
-            f"built the chunks and BM25 index of {out}: {len(docs)} documents, {len(rows)} chunks, "
-            f"{elapsed:.1f} s (the dense index is not built yet)",
-            file=sys.stderr,
-            flush=True,
-        )
-    return manifest
+    return build_corpus(out=out, preset=preset, documents=documents, index_type=index_type,
+                        chunk_chars=chunk_chars, overlap_chars=overlap_chars, embedder=embedder,
+                        progress=progress, dense=False)
 
 
 def build_dense(out: str | Path, *, batch_size: int = 64, progress: bool = True) -> dict:

@@ -35,6 +35,7 @@ def test_model_fetch_runs_in_a_thread_and_hands_back_its_time_or_error(monkeypat
 def test_first_ask_answers_from_bm25_and_prints_its_first_use_stages(tmp_path, monkeypatch, capsys):
     import subprocess
 
+    import corpus.build
     import corpus.staged
     from corpus.factbook import factbook_documents
     from corpus.staged import BACKGROUND
@@ -51,9 +52,9 @@ def test_first_ask_answers_from_bm25_and_prints_its_first_use_stages(tmp_path, m
     monkeypatch.setattr(corpus.staged, "start_dense_build", stand_in_build)
     monkeypatch.setenv("RESEARCH_AGENT_CORPUS", str(out))
     monkeypatch.setattr(
-        corpus.staged, "preset_documents", lambda preset, quiet=False: factbook_documents(["pe"])
+        corpus.build, "preset_documents", lambda preset, quiet=False: factbook_documents(["pe"])
     )
-    monkeypatch.setattr(corpus.staged, "preset_source_hashes", lambda preset, quiet=False: {})
+    monkeypatch.setattr(corpus.build, "preset_source_hashes", lambda preset, quiet=False: {})
     try:
         rc = main(
             [

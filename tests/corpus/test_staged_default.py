@@ -23,14 +23,14 @@ QUERIES = ["capital of Monaco", "Andorra population", "mountains between France 
 @pytest.fixture
 def default_dir(tmp_path, monkeypatch):
     """RESEARCH_AGENT_CORPUS points at an unbuilt directory whose default preset is two profiles."""
-    import corpus.staged
+    import corpus.build
 
     out = tmp_path / "default"
     monkeypatch.setenv("RESEARCH_AGENT_CORPUS", str(out))
     monkeypatch.setattr(
-        corpus.staged, "preset_documents", lambda preset, quiet=False: factbook_documents(GECS)
+        corpus.build, "preset_documents", lambda preset, quiet=False: factbook_documents(GECS)
     )
-    monkeypatch.setattr(corpus.staged, "preset_source_hashes", lambda preset, quiet=False: {})
+    monkeypatch.setattr(corpus.build, "preset_source_hashes", lambda preset, quiet=False: {})
     yield out
     proc = BACKGROUND.pop(out, None)  # never leave a build behind
     if proc is not None and proc.poll() is None:
