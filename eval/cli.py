@@ -11,6 +11,7 @@ Agent settings are the fields of ``AgentConfig``; set any of them with ``--set n
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
 from eval.rundir import RunDirError
 from research_agent.configs import ConfigError, add_config_flags, config_from_args
+from research_agent.devices import DeviceError, add_device_flags, use_device
 
 
 def agent_config(args: argparse.Namespace) -> Any:
@@ -56,6 +58,7 @@ def _add_bench_args(p: argparse.ArgumentParser) -> None:
     from research_agent.agent import AgentConfig
 
     add_config_flags(p, AgentConfig)
+    add_device_flags(p)
     p.add_argument(
         "--concurrency", type=int, default=8, help="trajectories in flight at once (batched policy)"
     )
@@ -161,8 +164,11 @@ def cmd_qa(args: argparse.Namespace) -> int:
 
     items, spec = _load_items(args)
     config = agent_config(args)
+    if not args.endpoint:
+        use_device(args.device, args.dtype)
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
-    policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint)
+    policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, device=args.device,
+                         dtype=args.dtype)
     info = {**_run_info(args), "model": args.model, "adapter": args.adapter, "endpoint": args.endpoint}
     memory = open_memory(args, items)
     if memory is not None:
@@ -217,10 +223,12 @@ def _training_model(train_dir: Path) -> str:
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     from eval.checkpoints import check_checkpoints
     from eval.corpora import open_benchmark_corpus
+    from research_agent.policy import load_policy
 
     train_dir = Path(args.train_dir)
     items, spec = _load_items(args)
     config = agent_config(args)
+    use_device(args.device, args.dtype)
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     model = args.model or _training_model(train_dir)
     out = Path(args.out) if args.out else train_dir / "heldout"
@@ -236,6 +244,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
         metric=args.metric,
         run_info=_run_info(args),
         progress=not args.quiet,
+        load_policy=functools.partial(load_policy, device=args.device, dtype=args.dtype),
     )
     for row in report["checkpoints"]:
         print(
@@ -258,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"qa": cmd_qa, "compare": cmd_compare, "checkpoints": cmd_checkpoints}
     try:
         return commands[args.command](args)
-    except (UnknownBenchmark, BenchmarkFormatError, RunDirError, FileNotFoundError) as e:
+    except (UnknownBenchmark, BenchmarkFormatError, RunDirError, DeviceError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -48,6 +48,7 @@ from research_agent.code.apidocs import api_docs_browser, api_docs_dir
 from research_agent.code.env import MODES
 from research_agent.code.sandbox import SandboxError, require_contained
 from research_agent.configs import ConfigError, add_config_flags, config_from_args
+from research_agent.devices import DeviceError, add_device_flags, use_device
 from research_agent.store import TrajectoryStore
 from research_agent.trajectory import Trajectory
 
@@ -555,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid (docs search)")
     add_config_flags(p, CodeAgentConfig)
+    add_device_flags(p)
     p.add_argument("--allow-unsafe-sandbox", action="store_true",
                    help="run model-written code even where the sandbox cannot contain it (docs/security.md); "
                         "without it, an uncontained level is refused before anything runs")
@@ -615,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"results: {Path(args.out) / TABLE}, {Path(args.out) / PLOT}", file=sys.stderr)
             return 0
         config = code_config(args)
+        if not args.endpoint:
+            use_device(args.device, args.dtype)
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1")
         tasks = load_tasks(args.tasks)
@@ -633,9 +637,8 @@ def main(argv: list[str] | None = None) -> int:
             docs = api_docs_browser(args.docs, modules, retriever=args.retriever, progress=not args.quiet)
         from research_agent.policy import load_policy
 
-        policy = load_policy(
-            args.model, adapter=args.adapter, endpoint=args.endpoint, progress=not args.quiet
-        )
+        policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, progress=not args.quiet,
+                             device=args.device, dtype=args.dtype)
         info = {
             "tasks": args.tasks,
             "limit": args.limit,
@@ -664,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
     except EvalStopped as e:
         print(str(e), file=sys.stderr)
         return 130
-    except (RunDirError, TaskSourceError, CorpusError, ValueError, FileNotFoundError, SandboxError) as e:
+    except (RunDirError, TaskSourceError, CorpusError, ValueError, DeviceError, FileNotFoundError, SandboxError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary["table"])

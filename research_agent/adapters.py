@@ -9,6 +9,8 @@ and still loads on its own.  (Older checkpoints listed absolute paths; ``Path / 
 absolute path, so they still read.)
 
 ``policy.load_policy`` (inference) and the trainer both use this module; it imports neither.
+``research_agent.train.export`` folds a chain into one plain peft adapter (or a merged model) for
+tools that know nothing of chains (plain peft, vLLM).
 """
 
 from __future__ import annotations
@@ -30,8 +32,36 @@ def adapter_chain(path: str | Path) -> list[Path]:
     """The adapters an adapter was trained on top of (oldest first), then the adapter itself."""
     path = Path(path)
     meta = path / CHAIN_FILE
-    earlier = [path / p for p in json.loads(meta.read_text())] if meta.exists() else []
-    return [*earlier, path]
+    if not meta.exists():
+        return [path]
+    try:
+        earlier = json.loads(meta.read_text())
+    except ValueError as e:
+        raise AdapterError(f"{meta} is not valid JSON ({e}); it should list the adapter's chain/ copies") from None
+    if not isinstance(earlier, list) or not all(isinstance(p, str) for p in earlier):
+        raise AdapterError(f"{meta} should be a JSON list of adapter directories, not {earlier!r}")
+    return [*(path / p for p in earlier), path]
+
+
+def adapter_config(path: str | Path) -> dict:
+    """The ``adapter_config.json`` of the adapter at ``path``, or an AdapterError saying what is missing.
+
+    Exporting reads the configs (scaling, variants) before any model is loaded, so a wrong
+    directory fails in a second with its name rather than minutes later inside peft.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise AdapterError(f"{path} does not exist or is not a directory; pass a LoRA adapter directory")
+    meta = path / "adapter_config.json"
+    if not meta.exists():
+        raise AdapterError(f"{path} is not a LoRA adapter directory (no adapter_config.json)")
+    try:
+        config = json.loads(meta.read_text())
+    except ValueError as e:
+        raise AdapterError(f"{meta} is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise AdapterError(f"{meta} should hold a JSON object (a peft config)")
+    return config
 
 
 def merge_adapters(base, paths: list[Path]):

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .agent import AgentConfig
 
     add_config_flags(p, AgentConfig, flags=ASK_FLAGS, defaults=ASK_DEFAULTS)
+    from .devices import add_device_flags
+
+    add_device_flags(p)
     p.add_argument("--record", default=None, help="live backend: record every response to this directory")
     p.add_argument("--replay", default=None, help="live backend: serve responses from a recording, offline")
     p.add_argument("--json", action="store_true", help="print the whole trajectory as JSON")
@@ -106,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     stages: dict[str, str] = {}
     try:
         config = agent_config(args)
+        if not args.endpoint:  # a device that is not there fails before the corpus or the model is built
+            from .devices import use_device
+
+            use_device(args.device, args.dtype)
         browser, policy = prepare(args, model, stages)
         out = sys.stderr if args.json else sys.stdout
         on_step = None if args.quiet else stream_step(out)
@@ -154,7 +161,7 @@ def prepare(args, model: str, stages: dict[str, str]):
         seconds = fetch.wait()
         stages[f"model {model}: fetch + convert"] = (
             f"{seconds:.1f} s" + (" (alongside the corpus build)" if first_corpus else ""))
-    policy = load_policy(model, adapter=args.adapter, endpoint=args.endpoint)
+    policy = load_policy(model, adapter=args.adapter, endpoint=args.endpoint, device=args.device, dtype=args.dtype)
     return browser, policy
 
 

@@ -187,15 +187,22 @@ def resolve_model_dir(name_or_path: str, progress: bool = True) -> str:
     return str(converted)
 
 
-def load_model(name_or_path: str, *, dtype: str = "float32", progress: bool = True):
-    """Load (model, tokenizer) for a named model, a local directory or a hub id."""
-    import torch
+def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto", progress: bool = True):
+    """Load (model, tokenizer) for a named model, a local directory or a hub id, on ``device`` in
+    ``dtype`` (``research_agent.devices``: auto is a CUDA GPU in bfloat16 where there is one, else
+    the CPU in float32). A device that is not there fails before anything is read."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .devices import resolve_device, resolve_dtype
+
+    where = resolve_device(device)
+    precision = resolve_dtype(dtype, where)
     try:
         path = resolve_model_dir(name_or_path, progress=progress)
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=precision)
+        if where.type != "cpu":
+            model = model.to(where)
     except FetchError:
         raise
     except (OSError, ValueError) as e:

@@ -204,6 +204,8 @@ class LocalPolicy:
     def _generate_plain(self, prompts, max_new_tokens, temperature, stop, stop_loops) -> list[Generation]:
         import torch
 
+        from .devices import model_device
+
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -211,6 +213,8 @@ class LocalPolicy:
         for i, p in enumerate(prompts):
             input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             attention[i, width - len(p):] = 1
+        dev = model_device(self.model)
+        input_ids, attention = input_ids.to(dev), attention.to(dev)
         kwargs = dict(
             max_new_tokens=max(1, max_new_tokens),
             pad_token_id=pad,
@@ -482,8 +486,9 @@ class BatchingPolicy:
 
 
 def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, endpoint: str | None = None,
-                *, progress: bool = True, cache_mb: int = 1024) -> Policy:
-    """The policy for a model name/path (local) or an OpenAI-compatible endpoint URL.
+                *, progress: bool = True, cache_mb: int = 1024, device: str = "auto", dtype: str = "auto") -> Policy:
+    """The policy for a model name/path (local, on ``device`` in ``dtype``) or an OpenAI-compatible
+    endpoint URL (which runs wherever its server does).
 
     ``cache_mb`` bounds a local policy's prefix KV cache (0 turns it off: plain ``generate``)."""
     from .models import load_model, resolve_model_dir
@@ -493,7 +498,7 @@ def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, e
 
         tok = AutoTokenizer.from_pretrained(resolve_model_dir(model, progress=progress))
         return EndpointPolicy(endpoint, model, tok)
-    net, tok = load_model(model, progress=progress)
+    net, tok = load_model(model, progress=progress, device=device, dtype=dtype)
     if adapter:
         from .adapters import load_adapter
 

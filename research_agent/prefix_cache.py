@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .devices import model_device
+
 
 @dataclass
 class _Entry:
@@ -172,7 +174,7 @@ def sample(probs):
     import torch
 
     cdf = probs.cumsum(dim=-1)
-    u = torch.rand((probs.shape[0], 1), dtype=cdf.dtype) * cdf[:, -1:]
+    u = torch.rand((probs.shape[0], 1), dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
@@ -193,6 +195,7 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
     import torch
 
     store.check_weights(weights_fingerprint(model))
+    dev = model_device(model)
     # a prefix shared by the whole batch (the system prompt) is computed once, then reused
     if len(prompts) > 1:
         shared = _common_prefix(prompts)
@@ -227,7 +230,7 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
             else:
                 keep.append(b)
         if len(keep) < len(active):
-            index = torch.tensor(keep, dtype=torch.long)
+            index = torch.tensor(keep, dtype=torch.long, device=dev)
             for layer in cache.layers:
                 layer.keys = layer.keys.index_select(0, index)
                 layer.values = layer.values.index_select(0, index)
@@ -237,9 +240,9 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
         if not active and not new:
             break
         if active:
-            step_ids = torch.tensor([[chosen[b]] for b in keep], dtype=torch.long)
-            step_pos = torch.tensor([[len(prompts[r]) + fed_new[r]] for r in active], dtype=torch.long)
-            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            step_ids = torch.tensor([[chosen[b]] for b in keep], dtype=torch.long, device=dev)
+            step_pos = torch.tensor([[len(prompts[r]) + fed_new[r]] for r in active], dtype=torch.long, device=dev)
+            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=torch.long, device=dev)], dim=1)
             out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
                         use_cache=True, logits_to_keep=1)
             cache = out.cache
@@ -274,6 +277,7 @@ def _prefill(model, prompts: list[list[int]], store: PrefixCache, pad_id: int):
     import torch
     from transformers import DynamicCache
 
+    dev = model_device(model)
     hits = [store.lookup(p) for p in prompts]
     # GRPO asks for G samples of each prompt: identical rows are prefilled once and then copied
     first: dict[tuple, int] = {}
@@ -285,7 +289,7 @@ def _prefill(model, prompts: list[list[int]], store: PrefixCache, pad_id: int):
     U = max(used)
     starts = [U + N - t for t in T]  # column of each row's first real token
 
-    input_ids = torch.full((B, N), pad_id, dtype=torch.long)
+    input_ids = torch.full((B, N), pad_id, dtype=torch.long)  # built on the CPU, moved once below
     attn = torch.zeros((B, U + N), dtype=torch.long)
     pos = torch.zeros((B, N), dtype=torch.long)
     for i, p in enumerate(prompts):
@@ -298,14 +302,15 @@ def _prefill(model, prompts: list[list[int]], store: PrefixCache, pad_id: int):
             store.fed_tokens += len(fed)
         else:  # a copy of an earlier row's prefill
             store.hit_tokens += T[i]
+    input_ids, attn, pos = input_ids.to(dev), attn.to(dev), pos.to(dev)
 
     cache = DynamicCache()
     if U > 0:
         ref = next(e for _, e in hits if e is not None)
         data = []
         for layer, (k0, v0) in enumerate(ref.layers):
-            k = torch.zeros((B, k0.shape[0], U, k0.shape[2]), dtype=k0.dtype)
-            v = torch.zeros((B, v0.shape[0], U, v0.shape[2]), dtype=v0.dtype)
+            k = torch.zeros((B, k0.shape[0], U, k0.shape[2]), dtype=k0.dtype, device=k0.device)
+            v = torch.zeros((B, v0.shape[0], U, v0.shape[2]), dtype=v0.dtype, device=v0.device)
             for i, (_, entry) in enumerate(hits):
                 if used[i]:
                     k[i, :, U - used[i]:] = entry.layers[layer][0][:, : used[i]]
@@ -316,7 +321,7 @@ def _prefill(model, prompts: list[list[int]], store: PrefixCache, pad_id: int):
     uniq = sorted(set(source))
     fed_attn = attn
     if len(uniq) < B:  # feed one row per distinct prompt
-        sub = torch.tensor(uniq, dtype=torch.long)
+        sub = torch.tensor(uniq, dtype=torch.long, device=dev)
         input_ids, pos, fed_attn = input_ids[sub], pos[sub], attn[sub]
         if U > 0:
             cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, sub), layer.values.index_select(0, sub))
@@ -325,7 +330,7 @@ def _prefill(model, prompts: list[list[int]], store: PrefixCache, pad_id: int):
                 logits_to_keep=1)
     logits = out.logits[:, -1, :]
     if len(uniq) < B:  # and copy its keys, values and logits to the rows that share it
-        spread = torch.tensor([uniq.index(s) for s in source], dtype=torch.long)
+        spread = torch.tensor([uniq.index(s) for s in source], dtype=torch.long, device=dev)
         for layer in out.cache.layers:
             layer.keys = layer.keys.index_select(0, spread)
             layer.values = layer.values.index_select(0, spread)
@@ -369,9 +374,11 @@ def _prefill_only(model, ids: list[int], store: PrefixCache, pad_id: int) -> Non
         cache = DynamicCache(ddp_cache_data=[(k[None, :, :have].clone(), v[None, :, :have].clone())
                                              for k, v in entry.layers])
     fed = ids[have:]
-    out = model(input_ids=torch.tensor([fed], dtype=torch.long),
-                attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
-                position_ids=torch.arange(have, len(ids))[None, :], cache=cache, use_cache=True, logits_to_keep=1)
+    dev = model_device(model)
+    out = model(input_ids=torch.tensor([fed], dtype=torch.long, device=dev),
+                attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=dev),
+                position_ids=torch.arange(have, len(ids), device=dev)[None, :], cache=cache, use_cache=True,
+                logits_to_keep=1)
     store.hit_tokens += have
     store.fed_tokens += len(fed)
     _store_row(store, out.cache, 0, 0, list(ids))

@@ -339,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adapter", default=None)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    from .devices import add_device_flags
+
+    add_device_flags(p)
     p.add_argument("--prefix-cache-mb", type=int, default=1024,
                    help="memory for the prefix KV cache shared by requests (0: off, plain generate)")
     for f in fields(Limits):
@@ -351,9 +354,15 @@ def main(argv: list[str] | None = None) -> int:
         limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
     except ValueError as e:
         p.error(f"--{str(e).replace('_', '-')}")
+    from .devices import DeviceError, use_device
     from .policy import load_policy
 
-    policy = load_policy(args.model, adapter=args.adapter, cache_mb=args.prefix_cache_mb)
+    try:
+        use_device(args.device, args.dtype)
+    except DeviceError as e:
+        p.error(str(e))
+    policy = load_policy(args.model, adapter=args.adapter, cache_mb=args.prefix_cache_mb, device=args.device,
+                         dtype=args.dtype)
     server = make_server(policy, args.model, args.host, args.port, limits)
     host, port = server.server_address[:2]
     print(f"serving {args.model} at http://{host}:{port}/v1 (context {model_context(policy, limits.max_context)} "

@@ -41,7 +41,8 @@ def embedding_model() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(_model_dir(), device="cpu")
+    # the device the agent's commands chose for embedders (corpus.embed.embed_device; rewards imports no corpus)
+    return SentenceTransformer(_model_dir(), device=os.environ.get("RESEARCH_AGENT_EMBED_DEVICE", "").strip() or "cpu")
 
 
 def max_similarity(query: str, candidates: list[str]) -> float:

@@ -63,6 +63,7 @@ def _trajectories(args) -> int:
     from corpus.files import seeded_subset
     from research_agent.agent import AgentConfig
     from research_agent.configs import ConfigError, config_from_args
+    from research_agent.devices import DeviceError, use_device
     from research_agent.policy import load_policy
 
     from .qa import read_jsonl
@@ -70,7 +71,9 @@ def _trajectories(args) -> int:
 
     try:
         cfg = config_from_args(args, AgentConfig, defaults=SYNTH_DEFAULTS, flags=SYNTH_FLAGS)
-    except ConfigError as e:  # before a model or a corpus is loaded
+        if args.policy == "model" and not args.endpoint:
+            use_device(args.device, args.dtype)
+    except (ConfigError, DeviceError) as e:  # before a model or a corpus is loaded
         print(f"error: {e}", file=sys.stderr)
         return 2
     with output_lock(args.out):  # fail fast, before a model or a corpus is loaded
@@ -90,7 +93,7 @@ def _trajectories(args) -> int:
 
         policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir(args.model)), items)
     else:
-        policy = load_policy(args.model, endpoint=args.endpoint)
+        policy = load_policy(args.model, endpoint=args.endpoint, device=args.device, dtype=args.dtype)
     stats = synthesize_trajectories(items, policy, browser, args.out, samples=args.samples, config=cfg,
                                     concurrency=args.concurrency)
     if args.memory:
@@ -107,11 +110,21 @@ def _trajectories(args) -> int:
 
 
 def cmd_sft_export(args) -> int:
+    from transformers import AutoTokenizer
+
+    from research_agent.models import resolve_model_dir
+
     from .trajectories import export_sft, filter_trajectories, load_trajectories
 
+    try:  # before any shard is read
+        tok = AutoTokenizer.from_pretrained(resolve_model_dir(args.tokenizer))
+    except (OSError, ValueError) as e:
+        print(f"error: cannot load the tokenizer of {args.tokenizer!r} ({e}); name the student model, "
+              "a local model directory or a cached hub id", file=sys.stderr)
+        return 2
     trajs = load_trajectories(args.trajectories)
     kept, stats = filter_trajectories(trajs, min_reward=args.min_f1, confidence_keep=args.confidence_keep)
-    stats["exported"] = export_sft(kept, args.out)
+    stats["exported"] = export_sft(kept, args.out, tokenizer=tok, tokenizer_name=args.tokenizer)
     print(json.dumps(stats))
     return 0
 
@@ -147,14 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     from research_agent.configs import add_config_flags
 
     add_config_flags(t, AgentConfig, flags=SYNTH_FLAGS, defaults=SYNTH_DEFAULTS)
+    from research_agent.devices import add_device_flags
+
+    add_device_flags(t)
     t.add_argument("--concurrency", type=int, default=8)
     t.add_argument("--memory", default=None, metavar="DIR",
                    help="add the written trajectories to this case memory (B6); a run is a success by its gold")
     t.add_argument("--memory-min-f1", type=float, default=0.8, help="token F1 at or above which a case is a success")
     t.set_defaults(fn=cmd_trajectories)
-    s = sub.add_parser("sft-export", help="filter trajectories and write chat-format SFT data")
+    s = sub.add_parser("sft-export", help="filter trajectories and write SFT data (text turns, the student's "
+                                          "token ids, chat messages)")
     s.add_argument("--trajectories", required=True, help="directory of shards")
     s.add_argument("--out", required=True)
+    s.add_argument("--tokenizer", default="smollm2-135m", metavar="MODEL",
+                   help="the student whose tokenizer renders the token ids (a named model, a directory or a hub id); "
+                        "the teacher's may differ")
     s.add_argument("--min-f1", type=float, default=0.8)
     s.add_argument("--confidence-keep", type=float, default=None,
                    help="keep this share of the most confident trajectories (DeepConf lowest-group)")

@@ -124,30 +124,20 @@ def filter_trajectories(trajs: list[Trajectory], *, min_reward: float = 0.8, req
     return kept, stats
 
 
-def export_sft(trajs: list[Trajectory], path: str | Path) -> int:
-    """Write SFT examples as text turns (D3): each model completion and the observation after it.
+def export_sft(trajs: list[Trajectory], path: str | Path, tokenizer=None, tokenizer_name: str = "") -> int:
+    """Write SFT examples (D3): the text turns our trainer renders, and what other trainers need.
 
-    Teacher and student may not share a tokenizer, so the export is text; the SFT trainer renders
-    it with the student's tokenizer exactly as the agent would (``research_agent.train.sft``), with
-    observations masked out of the loss.  ``messages`` is the same episode in chat format for other
-    tools.  A managed-context trajectory is marked ``"context": "managed"``: the trainer then rebuilds
-    each turn's prompt from the question, the notes and the previous turn, as the agent did.
+    Teacher and student may not share a tokenizer, so ``turns`` is text: our SFT trainer renders it
+    with the student's tokenizer exactly as the agent would (``research_agent.tasks``), observations
+    masked out of the loss.  Given the student's ``tokenizer``, each record also carries that same
+    rendering as token ids and chat ``messages`` that render to the same text (``synth.export``), so
+    a trainer of another project learns the format the agent runs.  A managed-context trajectory is
+    marked ``"context": "managed"``: its prompts are rebuilt per step, so its ids come per step.
     """
     from corpus.files import atomic_write_text
 
-    lines = []
-    for t in trajs:
-        messages = [{"role": "user", "content": t.question}]
-        turns = []
-        for s in t.steps:
-            messages.append({"role": "assistant", "content": s.completion})
-            if s.observation:
-                messages.append({"role": "tool", "content": s.observation.strip()})
-            turns.append({"completion": s.completion, "observation": s.observation})
-        record = {"id": t.id, "question": t.question, "template": t.meta.get("template", "fast"),
-                  "answers": t.gold.get("answers", []), "turns": turns, "messages": messages}
-        if t.managed:
-            record["context"] = "managed"
-        lines.append(json.dumps(record, ensure_ascii=False))
+    from .export import sft_record
+
+    lines = [json.dumps(sft_record(t, tokenizer, tokenizer_name), ensure_ascii=False) for t in trajs]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)

@@ -1,4 +1,7 @@
-"""``python -m research_agent.train``: LoRA RL (REINFORCE / GRPO / RLOO) or SFT."""
+"""``python -m research_agent.train``: LoRA RL (REINFORCE / GRPO / RLOO) or SFT.
+
+``python -m research_agent.train export --adapter A --out D`` writes an adapter with its chain as one
+plain peft adapter (or ``--merged`` model) for peft and vLLM (``research_agent.train.export``)."""
 
 from __future__ import annotations
 
@@ -10,12 +13,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export"]:
+        from .export import main as export_main
+
+        return export_main(argv[1:])
     from .checkpoint import ResumeError
     from .config import load_config
     from .rl import TrainingStopped, train_rl
     from .sft import train_sft
 
     cfg, args = load_config(argv)
+    from research_agent.devices import DeviceError, use_device
+
+    try:
+        use_device(cfg.device, cfg.dtype)  # before the corpus, the tasks or the model are touched
+    except DeviceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         summary = train_sft(cfg, resume=args.resume) if cfg.stage == "sft" else train_rl(cfg, resume=args.resume)
     except ResumeError as e:

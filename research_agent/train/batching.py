@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from research_agent.devices import model_device
 from research_agent.train.loss import pad_batch, token_logprobs
 
 PASS_COST = 32  # a pass's fixed cost in positions (measured: forward of 1 vs 64 vs 256 tokens, smollm2)
@@ -151,6 +152,8 @@ def prefix_pass(model, prefixes: list[list[int]], pad_id: int, *, reference: boo
         ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
         attn[r, width - len(p):] = 1
         pos[r, width - len(p):] = torch.arange(len(p))
+    dev = model_device(model)
+    ids, attn, pos = ids.to(dev), attn.to(dev), pos.to(dev)
     with (reference_mode(model) if reference else nullcontext()):
         out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
     return [(layer.keys, layer.values) for layer in out.cache.layers], attn
@@ -162,16 +165,18 @@ def suffix_logprobs(model, seqs: list[list[int]], masks: list[list[int]], pad_id
     """Token log-probs of right-padded suffixes, each fed on top of prefix row ``rows[i]`` of a
     prefix pass (``kv``, ``prefix_attn``; none for plain rows); returns (logp, entropy, loss_mask),
     each [len(seqs), longest suffix]."""
-    ids, attn, lmask = pad_batch(seqs, masks, pad_id)
+    dev = model_device(model)
+    ids, attn, lmask = pad_batch(seqs, masks, pad_id, device=dev)
     if kv is None:
         logp, ent = token_logprobs(model, ids, attn, with_entropy=with_entropy, loss_mask=lmask)
         return logp, ent, lmask
     from transformers import DynamicCache
 
-    index = torch.tensor(rows, dtype=torch.long)
+    index = torch.tensor(rows, dtype=torch.long, device=dev)
     cache = DynamicCache(ddp_cache_data=[(k.index_select(0, index), v.index_select(0, index)) for k, v in kv])
     full_attn = torch.cat([prefix_attn.index_select(0, index), attn], dim=1)
-    pos = torch.tensor(prefix_lens, dtype=torch.long)[:, None] + torch.arange(ids.shape[1])[None, :]
+    pos = (torch.tensor(prefix_lens, dtype=torch.long, device=dev)[:, None]
+           + torch.arange(ids.shape[1], device=dev)[None, :])
     logp, ent = token_logprobs(model, ids, full_attn, with_entropy=with_entropy, loss_mask=lmask,
                                cache=cache, position_ids=pos)
     return logp, ent, lmask

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file
+from research_agent.devices import DeviceError, check_device_spec, check_dtype_spec
 
 __all__ = ["ConfigError", "TrainConfig", "load_config"]
 
@@ -118,6 +119,10 @@ class TrainConfig:
     keep_checkpoints: int = _f(3, "how many checkpoints to keep")
     seed: int = _f(0, "random seed (data order, sampling)")
     concurrency: int = _f(8, "trajectories generated concurrently through the batched policy")
+    device: str = _f("auto", "where the policy trains and generates: auto (a CUDA GPU if torch sees one, else the "
+                     "CPU), cpu, cuda or cuda:N")
+    dtype: str = _f("auto", "base weights' precision: auto (bfloat16 on a GPU that has it, else float32), float32, "
+                    "bfloat16 or float16; LoRA weights stay float32 (peft keeps trainable adapters in float32)")
     kl_alarm: float = _f(1.0, "stop with an alarm when the mean KL exceeds this")
     allow_unsafe_sandbox: bool = _f(False, "code: run rollouts even where the sandbox cannot contain model-written "
                                     "code (docs/security.md); without it such a level is refused before training")
@@ -126,7 +131,7 @@ class TrainConfig:
     RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "out", "concurrency", "checkpoint_every",
                                             "keep_checkpoints", "kl_alarm", "micro_batch",
                                             "share_prefix", "gradient_checkpointing",  # cost only
-                                            "allow_unsafe_sandbox")
+                                            "allow_unsafe_sandbox", "device")
 
     def __post_init__(self) -> None:
         from research_agent.code.env import MODES
@@ -142,6 +147,10 @@ class TrainConfig:
             raise ConfigError(f"context must be full or managed, not {self.context!r}")
         if self.code_mode not in MODES:
             raise ConfigError(f"code_mode must be one of {', '.join(MODES)}, not {self.code_mode!r}")
+        try:
+            self.device, self.dtype = check_device_spec(self.device), check_dtype_spec(self.dtype)
+        except DeviceError as e:
+            raise ConfigError(str(e).replace("--", "", 1)) from None
         if self.stage == "sft" and self.algorithm != "reinforce":
             raise ConfigError(f"algorithm={self.algorithm} is an RL setting; --stage sft takes none")
         positive = ("steps", "epochs", "group_size", "prompts_per_step", "micro_batch", "ppo_epochs", "lora_r",

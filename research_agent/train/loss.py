@@ -12,8 +12,10 @@ import torch
 import torch.nn.functional as F
 
 
-def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Right-pad sequences; returns (input_ids, attention_mask, loss_mask) as tensors."""
+def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int,
+              device: torch.device | str | None = None) -> tuple[torch.Tensor, ...]:
+    """Right-pad sequences; returns (input_ids, attention_mask, loss_mask) as tensors on ``device``
+    (filled on the CPU, then moved once: row by row writes to a GPU tensor are one copy each)."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -22,6 +24,8 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tup
         ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         attn[i, : len(s)] = 1
         lmask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    if device is not None:
+        ids, attn, lmask = ids.to(device), attn.to(device), lmask.to(device)
     return ids, attn, lmask
 
 
@@ -94,7 +98,7 @@ def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: t
     delta = ref_logp - logp
     kl = torch.exp(delta) - delta - 1
     per_token = -surrogate + kl_coef * kl
-    denom = mask.sum().clamp(min=1.0) if denom is None else torch.tensor(max(float(denom), 1.0))
+    denom = mask.sum().clamp(min=1.0) if denom is None else torch.tensor(max(float(denom), 1.0), device=mask.device)
     loss = (per_token * mask).sum() / denom
     with torch.no_grad():
         stats = {"kl": float((kl * mask).sum() / denom), "ratio": float((ratio * mask).sum() / denom)}

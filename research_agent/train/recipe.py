@@ -74,7 +74,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
                                      "--out", str(o / "demonstrations"), "--concurrency", str(r.concurrency),
                                      "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls)]),
         ("sft-export", "synth.__main__", ["sft-export", "--trajectories", str(o / "demonstrations"), "--out",
-                                 str(o / "sft.jsonl"), "--min-f1", "0.8"]),
+                                 str(o / "sft.jsonl"), "--min-f1", "0.8", "--tokenizer", r.model]),
         ("sft", "research_agent.train.__main__", ["--stage", "sft", "--model", r.model, "--tasks", str(o / "sft.jsonl"),
                                          "--lr", str(r.sft_lr), "--epochs", str(r.sft_epochs), "--micro-batch", "4",
                                          "--out", str(o / "sft")]),

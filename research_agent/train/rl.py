@@ -47,9 +47,13 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
     """
     from peft import LoraConfig, get_peft_model
 
+    from research_agent.devices import DeviceError
     from research_agent.models import load_model
 
-    base, tok = load_model(cfg.model, progress=progress)
+    try:
+        base, tok = load_model(cfg.model, progress=progress, device=cfg.device, dtype=cfg.dtype)
+    except DeviceError as e:
+        raise SystemExit(f"error: {e}") from None
     chain: list[str] = []
     if cfg.init_adapter:
         try:
@@ -174,9 +178,9 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
                 if any(isinstance(u[0], list) for u in part):  # per-token advantages (GiGPO), padded like ids
                     a = torch.zeros_like(lmask)
                     for r, (u, n) in enumerate(zip(part, cut, strict=True)):
-                        a[r, : len(u[0]) - n] = torch.tensor(u[0][n:], dtype=torch.float32)
+                        a[r, : len(u[0]) - n] = torch.tensor(u[0][n:], dtype=torch.float32, device=lmask.device)
                 else:
-                    a = torch.tensor([u[0] for u in part], dtype=torch.float32)
+                    a = torch.tensor([u[0] for u in part], dtype=torch.float32, device=lmask.device)
                 loss, st = policy_gradient_loss(logp, old_cache[b, c], ref, a, lmask, kl_coef=cfg.kl_coef,
                                                 clip_ratio=cfg.clip_ratio if cfg.ppo_epochs > 1 else None,
                                                 denom=total)

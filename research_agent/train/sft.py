@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from corpus.files import atomic_write_text
 from research_agent.adapters import save_adapter
+from research_agent.devices import model_device
 from research_agent.tasks import (
     get_task_type,
     load_sft_records,
@@ -51,6 +52,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
     if not examples:
         raise SystemExit(f"no usable SFT examples in {cfg.tasks or 'the code tasks'}")
     params = [p for p in model.parameters() if p.requires_grad]
+    device = model_device(model)
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     steps_per_epoch = (len(examples) + cfg.micro_batch - 1) // cfg.micro_batch
     total = steps_per_epoch * cfg.epochs
@@ -74,7 +76,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
         idx = order[pos * cfg.micro_batch: (pos + 1) * cfg.micro_batch]
         t0 = time.perf_counter()
         ids, attn, lmask = pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx],
-                                     tok.pad_token_id)
+                                     tok.pad_token_id, device=device)
         loss = sft_loss(model, ids, attn, lmask)
         if torch.isnan(loss):
             raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")

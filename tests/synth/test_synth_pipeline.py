@@ -92,7 +92,10 @@ def test_sft_export_keeps_turns_and_masks_nothing_of_the_teacher(tmp_path):
     rec = json.loads((tmp_path / "sft.jsonl").read_text())
     assert n == 1 and [x["completion"] for x in rec["turns"]] == ["<search>France</search>",
                                                                   "<answer>Paris [factbook/fr#0]</answer>"]
-    assert [m["role"] for m in rec["messages"]] == ["user", "assistant", "tool", "assistant"]
+    # the agent's own format: its system prompt, the question, then one assistant stream with the
+    # observations inline (tests/synth/test_sft_export_tokens.py checks it renders to the agent's tokens)
+    assert [m["role"] for m in rec["messages"]] == ["system", "user", "assistant"]
+    assert "<result>\nP\n</result>" in rec["messages"][-1]["content"]
 
 
 def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path, small_corpus_dir, smol):

@@ -142,7 +142,7 @@ def test_managed_synthesis_exports_sft_examples_equal_to_what_the_agent_saw(tmp_
     out = tmp_path / "shards"
     assert synth_main(["trajectories", "--qa", str(qa), "--out", str(out), "--policy", "reference", "--model",
                        "smollm2-135m", "--corpus", str(small_corpus_dir), "--context", "managed",
-                       "--context-tokens", "700", "--max-turns", "4", "--concurrency", "1"]) == 0
+                       "--context-tokens", "700", "--max-turns", "4", "--max-new-tokens", "64", "--concurrency", "1"]) == 0
     trajs = sorted(load_trajectories(out), key=lambda t: t.id)
     assert len(trajs) == 2 and all(t.managed and t.answered for t in trajs)
     for t in trajs:
