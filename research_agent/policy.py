@@ -251,11 +251,16 @@ class EndpointPolicy:
     """Any OpenAI-compatible ``/v1/completions`` server (vLLM, SGLang, ``research_agent.serve``).
 
     The prompt travels as text; the returned text is re-tokenized locally so the trajectory
-    still holds token ids (log-probs come back when the server provides them).
+    still holds token ids (log-probs come back when the server provides them).  With
+    ``token_ids=True`` (what training needs) it works in token space instead: prompts are sent as
+    token ids and the completion comes back as the sampled ids with their log-probs (vLLM's
+    ``return_tokens_as_token_ids``), so nothing is re-tokenized and the trajectory holds exactly the
+    tokens that were sampled.  ``model`` may be changed between calls (``model_name``): the trainer
+    points it at each adapter it publishes.
     """
 
     def __init__(self, base_url: str, model: str, tokenizer, *, timeout_s: float = 120.0, retries: int = 3,
-                 api_key: str | None = None):
+                 api_key: str | None = None, token_ids: bool = False):
         self.base_url = base_url.rstrip("/")
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
@@ -265,6 +270,13 @@ class EndpointPolicy:
         self.timeout_s = timeout_s
         self.retries = retries
         self.api_key = api_key
+        self.token_ids = token_ids
+        eos = tokenizer.eos_token_id
+        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
+
+    def post(self, path: str, payload: dict) -> dict:
+        """POST ``payload`` to ``path`` under the server's ``/v1`` (retried with backoff, as every call)."""
+        return self._post(path, payload)
 
     def _post(self, path: str, payload: dict) -> dict:
         data = json.dumps(payload).encode()
@@ -291,6 +303,8 @@ class EndpointPolicy:
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
                  stop_loops=False) -> list[Generation]:
         """``stop_loops`` cuts a loop from the returned text (the server generated it all)."""
+        if self.token_ids:
+            return self._generate_ids(prompts, max_new_tokens, temperature, stop, stop_loops)
         texts = [self.tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
         payload = {"model": self.model_name, "prompt": texts, "max_tokens": max_new_tokens,
                    "temperature": temperature, "logprobs": 1}
@@ -326,6 +340,30 @@ class EndpointPolicy:
                 if looped:
                     ids, lp, text, reason = cut, lp[: len(cut)], self.tokenizer.decode(cut), "loop"
             results.append(Generation(text, ids, lp, reason))
+        if len(results) != len(prompts):
+            raise PolicyError(f"endpoint returned {len(results)} choices for {len(prompts)} prompts")
+        return results
+
+    def _generate_ids(self, prompts, max_new_tokens, temperature, stop, stop_loops) -> list[Generation]:
+        payload = {"model": self.model_name, "prompt": [list(map(int, p)) for p in prompts],
+                   "max_tokens": max_new_tokens, "temperature": temperature, "logprobs": 0,
+                   "return_tokens_as_token_ids": True, "skip_special_tokens": False}
+        if stop:
+            payload["stop"] = stop
+        body = self._post("/completions", payload)
+        try:
+            choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
+            results = []
+            for choice in choices:
+                lp = choice["logprobs"]
+                ids = [int(str(t).rpartition("token_id:")[2]) for t in lp["tokens"]]
+                lps = [float(x) if x is not None else 0.0 for x in lp["token_logprobs"]]
+                # the same cut as the local policy: at the stop string (kept) or before EOS
+                results.append(_finish(self.tokenizer, ids, lps + [0.0] * (len(ids) - len(lps)), stop,
+                                       self.eos_ids, stop_loops))
+        except (KeyError, TypeError, ValueError) as e:
+            raise PolicyError(f"endpoint {self.base_url} did not return token ids (it needs vLLM's "
+                              f"return_tokens_as_token_ids): {str(body)[:300]}") from e
         if len(results) != len(prompts):
             raise PolicyError(f"endpoint returned {len(results)} choices for {len(prompts)} prompts")
         return results

@@ -3,7 +3,14 @@
 One loaded model can then serve several processes (a synthesis job, an eval, ``ask``), and the
 ``EndpointPolicy`` client is tested against a real server of ours rather than a mock.  Requests
 from concurrent clients are merged into batched ``generate`` calls by ``BatchingPolicy``.
-Endpoints: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``.
+Endpoints: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``, and vLLM's
+runtime LoRA API, ``POST /v1/load_lora_adapter`` (``lora_name``, ``lora_path``) and ``POST
+/v1/unload_lora_adapter`` (``lora_name``): a request naming a loaded adapter as its ``model`` is
+generated with it (each adapter has its own prefix cache, so a new adapter never reads keys and
+values computed under an old one), and a request naming an unloaded one is refused with 404.
+``/v1/completions`` takes prompts as token ids and, with ``return_tokens_as_token_ids``, answers
+the generated token ids themselves (``logprobs.tokens`` as ``"token_id:N"``, as vLLM does), so a
+trainer's trajectory holds exactly the tokens that were sampled.
 
 Every request is bounded (``Limits``): its body, its prompts' tokens (prompt + ``max_tokens`` must fit
 the model's context), its number of completions (prompts × ``n``), its total tokens and its time.
@@ -236,10 +243,78 @@ def _strip_stop(text: str, stop: list[str] | None) -> str:
     return text
 
 
-def make_handler(policy, model_name: str, limits: Limits):
+class Adapters:
+    """LoRA adapters loaded while the server runs, by name: each is the pristine base with that adapter
+    (and the adapters it was trained on, ``research_agent.adapters``) applied, behind its own batcher
+    and prefix cache. The base is copied, not reloaded, so a load takes a fraction of a second for
+    the small models; unloading frees the copy."""
+
+    def __init__(self, policy, cache_bytes: int = 1 << 30):
+        self.base_policy = policy  # a BatchingPolicy over the served model's LocalPolicy
+        self.cache_bytes = cache_bytes
+        self._pristine = None
+        self._loaded: dict[str, object] = {}
+        self.unloaded: set[str] = set()
+        self._lock = threading.Lock()
+
+    def names(self) -> list[str]:
+        return list(self._loaded)
+
+    def get(self, name: str):
+        return self._loaded.get(name)
+
+    def load(self, name: str, path: str) -> None:
+        import copy
+
+        from .adapters import AdapterError, load_adapter
+        from .policy import BatchingPolicy, LocalPolicy
+
+        inner = self.base_policy.policy
+        with self._lock:
+            if name in self._loaded:
+                raise BadRequest(f"the adapter {name!r} is already loaded; unload it first or use another name")
+            if self._pristine is None:
+                if hasattr(inner.model, "peft_config"):
+                    raise BadRequest("this server was started with --adapter; runtime adapters apply to a plain "
+                                     "base model: start it without --adapter")
+                self._pristine = inner.model
+            try:
+                model = load_adapter(copy.deepcopy(self._pristine), path)
+            except (AdapterError, OSError, ValueError) as e:
+                raise BadRequest(f"cannot load the adapter {name!r} from {path}: {e}") from None
+            model.eval()
+            local = LocalPolicy(model, inner.tokenizer, name=name, cache_bytes=self.cache_bytes)
+            self._loaded[name] = BatchingPolicy(local)
+            self.unloaded.discard(name)
+
+    def unload(self, name: str) -> None:
+        with self._lock:
+            policy = self._loaded.pop(name, None)
+            if policy is None:
+                raise BadRequest(f"no adapter {name!r} is loaded (loaded: {', '.join(self._loaded) or 'none'})")
+            self.unloaded.add(name)
+        policy.close()
+
+
+class UnknownModel(LookupError):
+    """A request names a model (an adapter) this server does not hold."""
+
+
+def make_handler(policy, model_name: str, limits: Limits, adapters: Adapters | None = None):
     tok = policy.tokenizer
     context = model_context(policy, limits.max_context)
     vocab = len(tok)
+    adapters = adapters if adapters is not None else Adapters(policy)
+
+    def policy_for(body: dict):
+        name = body.get("model")
+        found = adapters.get(name) if isinstance(name, str) else None
+        if found is not None:
+            return found
+        if name in adapters.unloaded:
+            raise UnknownModel(f"the adapter {name!r} was unloaded; load it again or name a loaded model "
+                               f"({', '.join([model_name, *adapters.names()])})")
+        return policy
 
     class Handler(BoundedHandler):
         max_body_bytes = limits.max_body_bytes
@@ -253,8 +328,10 @@ def make_handler(policy, model_name: str, limits: Limits):
 
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
-                self.send_json(200, {"object": "list", "data": [{"id": model_name, "object": "model",
-                                                             "max_model_len": context}]})
+                data = [{"id": model_name, "object": "model", "max_model_len": context}]
+                data += [{"id": n, "object": "model", "parent": model_name, "max_model_len": context}
+                         for n in adapters.names()]
+                self.send_json(200, {"object": "list", "data": data})
             elif self.path.rstrip("/") in ("/health", "/v1/health"):
                 self.send_json(200, {"ok": True})
             else:
@@ -267,7 +344,19 @@ def make_handler(policy, model_name: str, limits: Limits):
                 if not isinstance(body, dict):
                     raise BadRequest("the body must be a JSON object")
                 path = self.path.rstrip("/")
-                if path.endswith("/completions") and "chat" not in path:
+                if path.endswith("/load_lora_adapter"):
+                    name, where = body.get("lora_name"), body.get("lora_path")
+                    if not (isinstance(name, str) and name and isinstance(where, str) and where):
+                        raise BadRequest("load_lora_adapter takes 'lora_name' and 'lora_path' (strings)")
+                    adapters.load(name, where)
+                    self.send_json(200, {"ok": True, "lora_name": name})
+                elif path.endswith("/unload_lora_adapter"):
+                    name = body.get("lora_name")
+                    if not isinstance(name, str):
+                        raise BadRequest("unload_lora_adapter takes 'lora_name' (a string)")
+                    adapters.unload(name)
+                    self.send_json(200, {"ok": True, "lora_name": name})
+                elif path.endswith("/completions") and "chat" not in path:
                     self.send_json(200, self._completions(body, deadline))
                 elif path.endswith("/chat/completions"):
                     self.send_json(200, self._chat(body, deadline))
@@ -277,23 +366,34 @@ def make_handler(policy, model_name: str, limits: Limits):
                 self.refuse(e)
             except (json.JSONDecodeError, UnicodeDecodeError, BadRequest) as e:
                 self.reply_error(400, str(e))
+            except UnknownModel as e:
+                self.reply_error(404, str(e))
             except DeadlineExceeded:
                 self.reply_error(504, f"the request did not finish within the server's {limits.request_timeout_s:g} s "
                                       "(--request-timeout-s); ask for fewer tokens or completions")
             except Exception as e:  # the server keeps serving
                 self.reply_error(500, f"{type(e).__name__}: {e}")
 
-        def _generate(self, prompts, s: Sampling, deadline: float) -> list[Completion]:
+        def _generate(self, prompts, s: Sampling, deadline: float, body: dict) -> list[Completion]:
             _check_size(prompts, s, context, limits)
-            return generate_in_chunks(policy, prompts, s, chunk=limits.chunk_tokens, deadline=deadline)
+            return generate_in_chunks(policy_for(body), prompts, s, chunk=limits.chunk_tokens, deadline=deadline)
 
         def _completions(self, body: dict, deadline: float) -> dict:
             s = _sampling(body, limits)
             prompts = _prompts(body, tok, context, vocab)
-            rows = self._generate(prompts, s, deadline)
+            rows = self._generate(prompts, s, deadline, body)
+            as_ids = bool(body.get("return_tokens_as_token_ids"))
+
+            def logprobs(r: Completion) -> dict | None:
+                if not body.get("logprobs") and not as_ids:
+                    return None
+                out: dict = {"token_logprobs": r.logprobs}
+                if as_ids:  # vLLM's form: the sampled ids themselves, nothing to re-tokenize
+                    out["tokens"] = [f"token_id:{t}" for t in r.token_ids]
+                return out
+
             choices = [{"index": i, "text": _strip_stop(tok.decode(r.token_ids, skip_special_tokens=True), s.stop),
-                        "finish_reason": r.finish_reason,
-                        "logprobs": {"token_logprobs": r.logprobs} if body.get("logprobs") else None}
+                        "finish_reason": r.finish_reason, "logprobs": logprobs(r)}
                        for i, r in enumerate(rows)]
             return {"id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion", "created": int(time.time()),
                     "model": model_name, "choices": choices,
@@ -310,7 +410,7 @@ def make_handler(policy, model_name: str, limits: Limits):
             ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
             if hasattr(ids, "input_ids"):
                 ids = ids["input_ids"]
-            rows = self._generate([list(ids)], s, deadline)
+            rows = self._generate([list(ids)], s, deadline, body)
             choices = [{"index": i, "finish_reason": r.finish_reason,
                         "message": {"role": "assistant",
                                     "content": _strip_stop(tok.decode(r.token_ids, skip_special_tokens=True), s.stop)}}
@@ -323,12 +423,13 @@ def make_handler(policy, model_name: str, limits: Limits):
 
 
 def make_server(policy, model_name: str, host: str = "127.0.0.1", port: int = 0,
-                limits: Limits | None = None) -> BoundedHTTPServer:
+                limits: Limits | None = None, cache_bytes: int = 1 << 30) -> BoundedHTTPServer:
     from .policy import BatchingPolicy
 
     limits = limits or Limits()
     batched = policy if isinstance(policy, BatchingPolicy) else BatchingPolicy(policy)
-    return BoundedHTTPServer((host, port), make_handler(batched, model_name, limits),
+    adapters = Adapters(batched, cache_bytes=cache_bytes)
+    return BoundedHTTPServer((host, port), make_handler(batched, model_name, limits, adapters),
                              max_workers=limits.max_connections, read_timeout_s=limits.read_timeout_s)
 
 
