@@ -97,6 +97,36 @@ def bare_generate(model, tok, prompts: list[list[int]], max_new: int, eos_ids: s
     return tokens, secs
 
 
+def read_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
+    """Bytes per second this machine reads from memory: the best of ``repeats`` sums over a buffer much
+    larger than the caches, with torch's threads (what a decode step's weight reads can reach)."""
+    import torch
+
+    buf = torch.ones(int(gib * (1 << 30)) // 4, dtype=torch.float32)
+    buf.sum()  # fault the pages in
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        buf.sum()
+        best = min(best, time.perf_counter() - t0)
+    return buf.numel() * 4 / best
+
+
+def one_row_decode_ms(policy, prompt: list[int], short: int = 8, long: int = 72) -> tuple[float, int]:
+    """Milliseconds per generated token of one row alone (a straggler's case): the difference of a
+    long and a short greedy generation, so the prompt's prefill cancels out; and the tokens timed."""
+    times, counts = [], []
+    for n in (short, long):
+        if policy.cache is not None:
+            policy.cache.clear()
+        t0 = time.perf_counter()
+        g = policy.generate([prompt], max_new_tokens=n)[0]
+        times.append(time.perf_counter() - t0)
+        counts.append(len(g.token_ids))
+    extra = counts[1] - counts[0]
+    return (1000 * (times[1] - times[0]) / extra if extra > 0 else float("nan")), extra
+
+
 def row(name: str, tokens: int, secs: float, extra: str = "") -> str:
     tps = tokens / secs if secs > 0 else float("nan")
     return f"  {name:<50} {tokens:>7} {secs:>9.2f} {tps:>9.1f}  {extra}"
@@ -117,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--skip-sequential", action="store_true", help="skip the one-at-a-time run (the slowest)")
     p.add_argument("--skip-plain", action="store_true", help="skip the agent run without the prefix KV cache")
+    p.add_argument("--skip-decode", action="store_true",
+                   help="skip the one-row decode against the memory-bandwidth floor")
     args = p.parse_args(argv)
 
     import torch
@@ -188,6 +220,15 @@ def main(argv: list[str] | None = None) -> int:
                 seq_turns += t.turns
             seq_s = time.perf_counter() - t0
 
+        # 5. one row decoding alone, against the floor of streaming every weight once per token
+        decode = None
+        if not args.skip_decode:
+            count = tok.encode("Count from one to one hundred: one, two, three, four,")
+            ms, timed = one_row_decode_ms(local, count)
+            weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+            bw = read_bandwidth()
+            decode = (ms, timed, weight_bytes, bw, 1000 * weight_bytes / bw)
+
     n = args.n
     print(f"\nRollout throughput: {args.model}, {n} factbook capital questions, greedy, max_turns "
           f"{args.max_turns}, max_tool_calls {args.max_tool_calls}, max_new_tokens {args.new_tokens}/turn, "
@@ -215,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     for t in trajs:
         stops[t.stop_reason] = stops.get(t.stop_reason, 0) + 1
     print(f"  batched run stop reasons: {stops}")
+    if decode is not None:
+        ms, timed, weight_bytes, bw, floor = decode
+        print(f"\n  one row decoding alone: {ms:.1f} ms/token over {timed} tokens; weight-streaming floor "
+              f"{floor:.1f} ms/token ({weight_bytes / 1e6:.0f} MB of weights read per token at {bw / 1e9:.1f} GB/s, "
+              f"the measured read bandwidth): {ms / floor:.2f}x the floor (goal <= 1.5x)")
     return 0
 
 

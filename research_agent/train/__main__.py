@@ -26,9 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg, args = load_config(argv)
     from research_agent.devices import DeviceError, use_device
 
+    from .tracking import TrackerError, check_tracker
+
     try:
         use_device(cfg.device, cfg.dtype)  # before the corpus, the tasks or the model are touched
-    except DeviceError as e:
+        check_tracker(cfg.report_to)
+    except (DeviceError, TrackerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:

@@ -77,13 +77,17 @@ def check_resume_config(out: str | Path, config) -> None:
         )
 
 
-def prepare_run(config, resume: bool) -> Path:
-    """Create the run directory, record (or, on resume, check) the config, and seed the RNGs."""
+def prepare_run(config, resume: bool, write: bool = True) -> Path:
+    """Create the run directory, record (or, on resume, check) the config, and seed the RNGs.
+
+    ``write=False`` (ranks other than 0 of a data-parallel run) only checks and seeds: one process
+    owns the run directory."""
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if write:
+        out.mkdir(parents=True, exist_ok=True)
     if resume:
         check_resume_config(out, config)
-    else:
+    elif write:
         write_config(out, config)
     random.seed(config.seed)
     torch.manual_seed(config.seed)

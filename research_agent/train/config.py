@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file
 from research_agent.devices import DeviceError, check_device_spec, check_dtype_spec
 
+from .tracking import TRACKERS
+
 __all__ = ["ConfigError", "TrainConfig", "load_config"]
 
 
@@ -119,6 +121,11 @@ class TrainConfig:
     keep_checkpoints: int = _f(3, "how many checkpoints to keep")
     seed: int = _f(0, "random seed (data order, sampling)")
     concurrency: int = _f(8, "trajectories generated concurrently through the batched policy")
+    rollout_endpoint: str = _f("", "generate rollouts on this OpenAI-compatible server instead of in-process, in token "
+                               "space (python -m research_agent.serve, or vLLM with --enable-lora); the trainer "
+                               "publishes its adapter there after every step (docs/scaling.md)")
+    report_to: str = _f("none", "also log every metrics row to none, tensorboard (OUT/tensorboard), trackio or wandb "
+                        "(offline mode); the library is an optional extra")
     device: str = _f("auto", "where the policy trains and generates: auto (a CUDA GPU if torch sees one, else the "
                      "CPU), cpu, cuda or cuda:N")
     dtype: str = _f("auto", "base weights' precision: auto (bfloat16 on a GPU that has it, else float32), float32, "
@@ -131,7 +138,8 @@ class TrainConfig:
     RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "out", "concurrency", "checkpoint_every",
                                             "keep_checkpoints", "kl_alarm", "micro_batch",
                                             "share_prefix", "gradient_checkpointing",  # cost only
-                                            "allow_unsafe_sandbox", "device")
+                                            "allow_unsafe_sandbox", "device", "report_to",
+                                            "rollout_endpoint")
 
     def __post_init__(self) -> None:
         from research_agent.code.env import MODES
@@ -151,6 +159,8 @@ class TrainConfig:
             self.device, self.dtype = check_device_spec(self.device), check_dtype_spec(self.dtype)
         except DeviceError as e:
             raise ConfigError(str(e).replace("--", "", 1)) from None
+        if self.report_to not in TRACKERS:
+            raise ConfigError(f"report_to must be one of {', '.join(TRACKERS)}, not {self.report_to!r}")
         if self.stage == "sft" and self.algorithm != "reinforce":
             raise ConfigError(f"algorithm={self.algorithm} is an RL setting; --stage sft takes none")
         positive = ("steps", "epochs", "group_size", "prompts_per_step", "micro_batch", "ppo_epochs", "lora_r",

@@ -29,8 +29,19 @@ from .algorithms import gigpo_advantages, group_advantages, keep_groups, sequenc
 from .batching import plan_update, prefix_pass, reference_mode, suffix_logprobs
 from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
+from .distributed import (
+    Ranks,
+    all_gather_object,
+    all_reduce_grads,
+    all_reduce_sum,
+    barrier,
+    broadcast_params,
+    init_distributed,
+)
 from .loss import policy_gradient_loss
 from .plots import plot_training
+from .publish import AdapterPublisher, PublishError
+from .tracking import make_tracker
 
 __all__ = ["make_reward", "policy_update", "rollout_metrics", "setup_lora", "train_rl", "TrainingStopped"]
 
@@ -129,7 +140,7 @@ def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list
 
 
 def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen: list[int], cfg: TrainConfig,
-                  pad_id: int, layout: dict | None = None) -> dict:
+                  pad_id: int, layout: dict | None = None, ranks: Ranks | None = None) -> dict:
     """One optimizer step (or ``ppo_epochs`` of them) on the chosen trajectories; returns loss stats.
 
     The unit is a sequence the model actually saw (``Trajectory.sequences``): a full-context
@@ -137,19 +148,29 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
     advantage.  The old log-probs are recomputed on those same sequences in the first epoch, so the
     PPO ratio compares each token under the prompt it was generated from.  ``adv[i]`` is trajectory
     i's advantage, or (GiGPO) a list with one advantage per step, applied to that step's tokens.
+
+    With several processes (``ranks``) ``chosen`` is this rank's share of the step: the loss
+    divides by the step's token total over all ranks and the gradients are summed over ranks before
+    clipping (``research_agent.train.distributed``: why not DDP), so every rank applies the update
+    one process would compute on the union; the returned stats are the step's, on every rank.
     """
+    ranks = ranks or Ranks()
     stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0}
     units = [(a, ids, mask) for i in chosen
              for (ids, mask), a in zip(trajs[i].sequences(), sequence_advantages(trajs[i], adv[i]), strict=True)]
-    if not units:
+    if not units and not ranks.active:
         return stats
     # The loss is the mean over every model token of the step (each chunk divides by the step's
     # total), so how units are grouped and chunked changes nothing but the cost: a prompt shared by
     # a group's trajectories runs once, and short suffixes are not padded to a long straggler.
     share = cfg.share_prefix and not cfg.gradient_checkpointing  # checkpointed layers write no K/V cache
     plan = plan_update([(u[1], u[2]) for u in units], cfg.micro_batch,
-                       **{"share_prefix": share, **(layout or {})})  # layout: benchmarks' overrides
+                       **{"share_prefix": share, **(layout or {})}) if units else []  # layout: benchmarks' overrides
     total = sum(sum(u[2]) for u in units)
+    if ranks.active:  # the step's tokens on every rank; no rank has any: no step anywhere
+        total = int(all_reduce_sum([total], ranks)[0])
+        if total == 0:
+            return stats
     old_cache: dict[tuple[int, int], torch.Tensor] = {}
     ent_sum = 0.0
     for epoch in range(cfg.ppo_epochs):
@@ -196,20 +217,34 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
                          if t.requires_grad and leaf.grad is not None]  # layer 0's keys: frozen k_proj
                 if pairs:
                     torch.autograd.backward([t for t, _ in pairs], grad_tensors=[gr for _, gr in pairs])
+        all_reduce_grads(params, ranks)  # before the clip: the norm is the step's, not this rank's share
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
+    if ranks.active:
+        stats["loss"], stats["kl"], ent_sum, tokens = all_reduce_sum(
+            [stats["loss"], stats["kl"], ent_sum, stats["tokens"]], ranks)
+        stats["tokens"] = int(tokens)
     stats["entropy"] = ent_sum / max(1, stats["tokens"])
     return stats
 
 
 def rollout_round(batch_items: list[dict], policy, browser, cfg: TrainConfig, step: int, safe_reward,
-                  tasks) -> tuple:
+                  tasks, ranks: Ranks | None = None, first_group: int = 0) -> tuple:
     """Rollouts of whole groups, then rewards, correctness, advantages (within this round's groups)
-    and the dynamic filter's per-group keep flags."""
-    trajs = tasks.run_rollouts(batch_items, policy, browser, cfg)
-    results = [safe_reward(t, step) for t in trajs]
+    and the dynamic filter's per-group keep flags.
+
+    With several processes each rank rolls out the groups it owns (``first_group`` numbers this
+    round's first group within the step) and every rank ends up with the whole round in group
+    order, so advantages, filters and metrics are the same everywhere (``_shared_rollouts``)."""
+    ranks = ranks or Ranks()
+    if ranks.active:
+        trajs, results, correct = _shared_rollouts(batch_items, policy, browser, cfg, step, safe_reward, tasks,
+                                                   ranks, first_group)
+    else:
+        trajs = tasks.run_rollouts(batch_items, policy, browser, cfg)
+        results = [safe_reward(t, step) for t in trajs]
+        correct = [tasks.is_correct(t, cfg) for t in trajs]
     rewards = [r.score for r in results]
-    correct = [tasks.is_correct(t, cfg) for t in trajs]
     if cfg.algorithm == "gigpo":
         adv = gigpo_advantages(trajs, rewards, cfg.group_size, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega)
     else:
@@ -219,14 +254,51 @@ def rollout_round(batch_items: list[dict], policy, browser, cfg: TrainConfig, st
     return trajs, results, rewards, correct, adv, keep
 
 
+def _shared_rollouts(batch_items: list[dict], policy, browser, cfg: TrainConfig, step: int, safe_reward, tasks,
+                     ranks: Ranks, first_group: int) -> tuple[list, list, list]:
+    """This rank's groups rolled out and scored here, then everyone's gathered in group order.
+
+    A reward with state (a curriculum such as RLER, whose level follows the scores it saw) is
+    instead applied on every rank to the gathered round, in order, so its state stays the same on
+    every rank and as in one process; a stateless one is computed once, where its rollout ran."""
+    size = cfg.group_size
+    mine = [g for g in range(len(batch_items) // size) if ranks.owns(first_group + g)]
+    local = tasks.run_rollouts([it for g in mine for it in batch_items[g * size:(g + 1) * size]],
+                               policy, browser, cfg) if mine else []
+    stateful = hasattr(safe_reward.fn, "state_dict")
+    results = None if stateful else [safe_reward(t, step) for t in local]
+    correct = [tasks.is_correct(t, cfg) for t in local]
+    by_group: dict[int, tuple] = {}
+    for groups, trajs_r, results_r, correct_r in all_gather_object((mine, local, results, correct), ranks):
+        for k, g in enumerate(groups):
+            cut = slice(k * size, (k + 1) * size)
+            by_group[g] = (trajs_r[cut], results_r[cut] if results_r is not None else None, correct_r[cut])
+    order = sorted(by_group)
+    trajs = [t for g in order for t in by_group[g][0]]
+    correct = [c for g in order for c in by_group[g][2]]
+    if stateful:
+        results = [safe_reward(t, step) for t in trajs]
+    else:
+        results = [r for g in order for r in by_group[g][1]]
+    return trajs, results, correct
+
+
 def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: bool = True, task_type=None) -> dict:
-    """Policy-gradient RL on rollouts of ``task_type``'s tasks (default: the config's task type)."""
+    """Policy-gradient RL on rollouts of ``task_type``'s tasks (default: the config's task type).
+
+    Under a launcher (``accelerate launch``, ``torchrun``) it runs data-parallel: every rank draws
+    the same step batch, rolls out the groups it owns, and all ranks share the trajectories, so
+    advantages, filters and metrics are computed identically; each rank trains its own groups and
+    the gradients are summed (``policy_update``).  Only rank 0 writes the run directory."""
     tasks = task_type or get_task_type(cfg.task_type)
+    ranks = init_distributed(cfg.device)
+    progress = progress and ranks.main
     tasks.prepare(cfg)
-    out = prepare_run(cfg, resume)
+    out = prepare_run(cfg, resume, write=ranks.main)
     items = tasks.load_tasks(cfg)
     model, tok = setup_lora(cfg, progress=progress)
     params = [p for p in model.parameters() if p.requires_grad]
+    broadcast_params(params, ranks)  # the same initial adapter on every rank
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     reward_fn = make_reward(cfg.reward)
     safe_reward = SafeReward(reward_fn, cfg.reward_fallback)
@@ -239,19 +311,29 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         start = state["step"]
         if state.get("reward_state") and hasattr(reward_fn, "load_state_dict"):
             reward_fn.load_state_dict(state["reward_state"])
-        _truncate_metrics(metrics_path, start)
-        print(f"resumed from {last} (step {start})", file=sys.stderr)
-    elif metrics_path.exists():
+        if ranks.main:
+            _truncate_metrics(metrics_path, start)
+            print(f"resumed from {last} (step {start})", file=sys.stderr)
+    elif ranks.main and metrics_path.exists():
         metrics_path.unlink()
+    barrier(ranks)  # rank 0 is done with the run directory before anyone goes on
     order = list(range(len(items)))
     random.Random(state["order_seed"]).shuffle(order)
     browser = browser or tasks.make_browser(cfg)
-    policy = LocalPolicy(model, tok, name=f"{cfg.model}+lora")
+    publisher = None
+    if cfg.rollout_endpoint:  # generation on a server, which holds the adapter published after each step
+        publisher = AdapterPublisher(cfg.rollout_endpoint, cfg.model, tok, out, name=Path(cfg.out).name or "train")
+        policy = publisher.policy
+        _publish(publisher, model, start, ranks)
+    else:
+        policy = LocalPolicy(model, tok, name=f"{cfg.model}+lora")
+    tracker = make_tracker(cfg.report_to, out, cfg.to_dict()) if ranks.main else make_tracker("none", out, {})
     history: list[dict] = []
     bar = tqdm(range(start, cfg.steps), desc="rl", disable=not progress, initial=start, total=cfg.steps)
     for step in bar:
         t0 = time.perf_counter()
-        torch.manual_seed(cfg.seed * 100_003 + step)  # sampling reproducible per step, also after resume
+        # sampling reproducible per step, also after resume; each rank samples its own stream
+        torch.manual_seed(cfg.seed * 100_003 + step + 1_000_003 * ranks.rank)
         trajs, rewards, correct, adv, keep_g, results = [], [], [], [], [], []
         rounds = 0
         while True:  # DAPO dynamic sampling: draw more prompts while groups were filtered out
@@ -260,7 +342,7 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
             for _ in range(need):
                 batch_items += tasks.group_items(items[order[state["position"] % len(order)]], step, cfg)
                 state["position"] += 1
-            rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward, tasks)
+            rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward, tasks, ranks, len(keep_g))
             for acc, part in zip((trajs, results, rewards, correct, adv, keep_g), rnd, strict=True):
                 acc += part
             rounds += 1
@@ -269,37 +351,63 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         chosen = [i for i, t in enumerate(trajs)
                   if keep_g[i // cfg.group_size] and not (cfg.drop_void_turns and t.has_void_turn)
                   and any(t.token_mask)]
-        for i in chosen:  # the loss must cover the model's own tokens and nothing the tools returned
+        mine = [i for i in chosen if ranks.owns(i // cfg.group_size)]  # all of them in one process
+        for i in mine:  # the loss must cover the model's own tokens and nothing the tools returned
             trajs[i].check_consistency()
         t_roll = time.perf_counter() - t0
         model.train()
-        upd = policy_update(model, opt, params, trajs, adv, chosen, cfg, tok.pad_token_id)
+        upd = policy_update(model, opt, params, trajs, adv, mine, cfg, tok.pad_token_id, ranks=ranks)
         model.eval()
+        if publisher is not None:
+            _publish(publisher, model, step + 1, ranks)
         row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, tasks.tools), "loss": upd["loss"], "kl": upd["kl"],
                "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
                "sampling_rounds": rounds,
                "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll}
+        if publisher is not None:
+            row["publish_seconds"] = publisher.seconds
         comps: dict[str, float] = {}
         for r in results:
             for k, v in r.components.items():
                 comps[k] = comps.get(k, 0.0) + v / len(results)
         row.update({f"reward/{k}": v for k, v in comps.items()})
         history.append(row)
-        with open(metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-        plot_training(metrics_path, out / "training.png")
+        if ranks.main:
+            with open(metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+            plot_training(metrics_path, out / "training.png")
+            tracker.log(row, step + 1)
         bar.set_postfix(reward=f"{row['reward']:.3f}", pass_=f"{row['pass_rate']:.2f}", kl=f"{upd['kl']:.4f}")
-        alarm = collapse_alarm(history, cfg)
+        alarm = collapse_alarm(history, cfg)  # the same history, so the same verdict, on every rank
         if alarm:
-            print(f"ALARM at step {step + 1}: {alarm}. Stopping; the last good checkpoint is kept.", file=sys.stderr)
+            if ranks.main:
+                print(f"ALARM at step {step + 1}: {alarm}. Stopping; the last good checkpoint is kept.",
+                      file=sys.stderr)
             raise TrainingStopped(alarm)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             rs = reward_fn.state_dict() if hasattr(reward_fn, "state_dict") else None
-            save_checkpoint(out, step + 1, model, opt, {**state, "reward_state": rs}, keep=cfg.keep_checkpoints)
-    save_adapter(model, out / "adapter")
+            if ranks.main:
+                save_checkpoint(out, step + 1, model, opt, {**state, "reward_state": rs}, keep=cfg.keep_checkpoints)
+            barrier(ranks)
+    tracker.close()
     summary = {"steps": cfg.steps, "final": history[-1] if history else None, "adapter": str(out / "adapter")}
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    if ranks.main:
+        save_adapter(model, out / "adapter")
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    barrier(ranks)
     return summary
+
+
+def _publish(publisher: AdapterPublisher, model, step: int, ranks) -> None:
+    """Rank 0 hands the server the adapter of ``step``; every rank then generates with it."""
+    name = f"{publisher.name}-step-{step}"
+    if ranks.main:
+        try:
+            name = publisher.publish(model, step)
+        except PublishError as e:
+            raise SystemExit(f"error: {e}; training stopped, the checkpoints written so far are intact") from None
+    barrier(ranks)
+    publisher.policy.model_name = name
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
@@ -317,18 +425,28 @@ def _truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
+ENTROPY_FLOOR = 0.02  # nats per model token: below it for 5 steps the policy samples one answer only
+
+
 def collapse_alarm(history: list[dict], cfg: TrainConfig) -> str | None:
-    """Named collapse conditions: NaN loss, KL blow-up, reward or answer rate falling off a cliff."""
+    """Named collapse conditions: NaN loss, KL blow-up, reward or answer rate falling off a cliff, and
+    entropy collapse (the policy turning deterministic: every sample of a group the same, so group
+    advantages vanish and learning stops while the reward still looks fine)."""
     last = history[-1]
     if math.isnan(last["loss"]) or math.isinf(last["loss"]):
         return "loss is NaN/inf"
     if last["kl"] > cfg.kl_alarm:
         return f"KL {last['kl']:.3f} exceeds {cfg.kl_alarm}"
+    trained = [r for r in history if r.get("trained_trajectories", 1)]  # entropy is 0 when nothing trained
+    if len(trained) >= 5 and all(r.get("entropy", 1.0) < ENTROPY_FLOOR for r in trained[-5:]):
+        return f"entropy collapsed: below {ENTROPY_FLOOR} nats per token for the last 5 trained steps"
     if len(history) >= 10:
         early, late = history[-10:-5], history[-5:]
-        for key in ("reward", "answer_rate"):
+        for key, floor in (("reward", 0.2), ("answer_rate", 0.2), ("entropy", 0.05)):
+            if not all(key in r for r in history[-10:]):
+                continue
             a = sum(r[key] for r in early) / 5
             b = sum(r[key] for r in late) / 5
-            if a > 0.2 and b < 0.3 * a:
+            if a > floor and b < 0.3 * a:
                 return f"{key} collapsed from {a:.3f} to {b:.3f} over the last 10 steps"
     return None

@@ -13,6 +13,7 @@ The resulting adapter is what RL starts from (``--init-adapter``).
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from typing import Any
@@ -33,25 +34,47 @@ from research_agent.tasks import (
 
 from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
+from .distributed import (
+    Ranks,
+    all_gather_object,
+    all_reduce_grads,
+    all_reduce_sum,
+    barrier,
+    broadcast_params,
+    init_distributed,
+)
 from .loss import pad_batch, sft_loss
 from .plots import plot_training
+from .tracking import make_tracker
 
 __all__ = ["load_sft_records", "render_example", "render_examples", "render_managed", "train_sft"]
 
 
 def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, task_type: Any = None) -> dict:
-    """Supervised fine-tuning on the examples ``task_type`` (default: the config's) supplies."""
+    """Supervised fine-tuning on the examples ``task_type`` (default: the config's) supplies.
+
+    Under a launcher each step's ``micro_batch`` examples are dealt across the ranks, the loss is
+    divided by the step's token count over all ranks and the gradients are summed
+    (``research_agent.train.distributed``), so N processes take the one-process step; only rank 0
+    writes the run directory (and builds the examples, which code tasks write there too)."""
     from .rl import setup_lora
 
     tasks = task_type or get_task_type(cfg.task_type)
+    ranks = init_distributed(cfg.device)
+    progress = progress and ranks.main
     tasks.prepare(cfg)
     tasks.check_sft(cfg)
-    out = prepare_run(cfg, resume)
+    out = prepare_run(cfg, resume, write=ranks.main)
     model, tok = setup_lora(cfg, progress=progress)
-    examples, skipped = tasks.sft_examples(tok, cfg, out, resume, progress)
+    if ranks.active:  # rank 0's examples, in its order, on every rank
+        built = tasks.sft_examples(tok, cfg, out, resume, progress) if ranks.main else None
+        examples, skipped = all_gather_object(built, ranks)[0]
+    else:
+        examples, skipped = tasks.sft_examples(tok, cfg, out, resume, progress)
     if not examples:
         raise SystemExit(f"no usable SFT examples in {cfg.tasks or 'the code tasks'}")
     params = [p for p in model.parameters() if p.requires_grad]
+    broadcast_params(params, ranks)  # the same initial adapter on every rank
     device = model_device(model)
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     steps_per_epoch = (len(examples) + cfg.micro_batch - 1) // cfg.micro_batch
@@ -64,37 +87,77 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
         start = state["step"]
         for _ in range(start):
             sched.step()
-    elif metrics_path.exists():
+    elif ranks.main and metrics_path.exists():
         metrics_path.unlink()
+    barrier(ranks)
     model.train()
     bar = tqdm(range(start, total), desc="sft", disable=not progress, initial=start, total=total)
     last: dict = {}
+    tracker = make_tracker(cfg.report_to, out, cfg.to_dict()) if ranks.main else make_tracker("none", out, {})
     for step in bar:
         epoch, pos = divmod(step, steps_per_epoch)
         order = list(range(len(examples)))
         random.Random(cfg.seed + epoch).shuffle(order)
         idx = order[pos * cfg.micro_batch: (pos + 1) * cfg.micro_batch]
         t0 = time.perf_counter()
-        ids, attn, lmask = pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx],
-                                     tok.pad_token_id, device=device)
-        loss = sft_loss(model, ids, attn, lmask)
-        if torch.isnan(loss):
-            raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if ranks.active:
+            loss, tokens = _shared_step(model, opt, examples, idx[ranks.rank::ranks.world], tok.pad_token_id,
+                                        device, ranks)
+            if math.isnan(loss):
+                raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
+        else:
+            ids, attn, lmask = pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx],
+                                         tok.pad_token_id, device=device)
+            loss = sft_loss(model, ids, attn, lmask)
+            if torch.isnan(loss):
+                raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            loss, tokens = float(loss.detach()), int(lmask.sum())
+        all_reduce_grads(params, ranks)
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
         sched.step()
-        last = {"step": step + 1, "epoch": epoch, "loss": float(loss.detach()), "tokens": int(lmask.sum()),
+        last = {"step": step + 1, "epoch": epoch, "loss": loss, "tokens": tokens,
                 "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
-        with open(metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(last) + "\n")
+        if ranks.main:
+            with open(metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(last) + "\n")
+            tracker.log(last, step + 1)
         bar.set_postfix(loss=f"{last['loss']:.3f}")
         if (step + 1) % max(1, cfg.checkpoint_every) == 0:
-            save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.keep_checkpoints)
-    plot_training(metrics_path, out / "training.png")
-    save_adapter(model, out / "adapter")
+            if ranks.main:
+                save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.keep_checkpoints)
+            barrier(ranks)
+    tracker.close()
     summary = {"examples": len(examples), "skipped": skipped, "steps": total,
                "final": last, "adapter": str(out / "adapter")}
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    if ranks.main:
+        plot_training(metrics_path, out / "training.png")
+        save_adapter(model, out / "adapter")
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    barrier(ranks)
     return summary
+
+
+def _shared_step(model, opt, examples: list, idx: list[int], pad_id: int, device, ranks: Ranks
+                 ) -> tuple[float, int]:
+    """This rank's share of one step, backward with the step's token mean as the loss; returns the
+    step's loss and token count (the same on every rank).  A rank with no example still takes
+    part in the collectives (its gradients count as zero)."""
+    local_loss = None
+    n_local = n_masked = 0
+    if idx:
+        ids, attn, lmask = pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx], pad_id,
+                                     device=device)
+        n_local = int(lmask[:, 1:].sum())  # the tokens sft_loss averages over (the first carries no loss)
+        n_masked = int(lmask.sum())  # what one process logs as "tokens"
+        local_loss = sft_loss(model, ids, attn, lmask)
+    n_total, n_logged = (int(n) for n in all_reduce_sum([n_local, n_masked], ranks))
+    opt.zero_grad(set_to_none=True)
+    part = 0.0
+    if local_loss is not None:
+        scaled = local_loss * (n_local / max(1, n_total))  # this rank's token sum over the step's tokens
+        scaled.backward()
+        part = float(scaled.detach())
+    return all_reduce_sum([part], ranks)[0], n_logged

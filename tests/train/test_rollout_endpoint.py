@@ -1,0 +1,103 @@
+"""Trainer and generation server as two processes on loopback: rollouts in token space on the server,
+the adapter published to it after every step, and a dead server stopping training with one error."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from research_agent.train.config import TrainConfig
+from research_agent.train.rl import train_rl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server():
+    """``python -m research_agent.serve`` in its own process (the smollm2 base, CPU, a free port)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "research_agent.serve", "--model", "smollm2-135m", "--port", "0",
+                             "--device", "cpu"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    match = re.search(r"http://[\d.]+:(\d+)/v1", line)
+    assert match, f"the server did not start: {line!r}"
+    yield proc, f"http://127.0.0.1:{match.group(1)}"
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def sft_adapter(smol, tmp_path_factory):
+    """A LoRA with random B matrices standing in for an SFT start: the RL run sits on it, so what is
+    published is a chain (folded into one LoRA), and a server ignoring it would sample other tokens."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = smol
+    net = get_peft_model(copy.deepcopy(model), LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    out = tmp_path_factory.mktemp("sft") / "adapter"
+    net.save_pretrained(out)
+    return out
+
+
+def tasks_file(tmp_path):
+    items = [{"id": f"t{i}", "question": f"What is the capital of {c}?", "answers": [a], "split": "train"}
+             for i, (c, a) in enumerate([("France", "Paris"), ("Spain", "Madrid")])]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(i) + "\n" for i in items))
+    return path
+
+
+def cfg(tmp_path, out, **kw):
+    # two questions a step: REINFORCE's baseline is the batch mean, so greedy rollouts still differ in reward
+    return TrainConfig(tasks=str(tasks_file(tmp_path)), out=str(tmp_path / out), steps=2, prompts_per_step=2,
+                       group_size=2, max_turns=2, max_new_tokens=12, temperature=0.0, checkpoint_every=1,
+                       filter_low=0, filter_high=1, filter_zero_variance=False, drop_void_turns=False, lr=1e-2,
+                       concurrency=2, kl_coef=0.0, **kw)
+
+
+@pytest.mark.slow  # three 2-step RL runs and a server process: ~10 min on two cores
+def test_rollouts_on_the_server_train_the_same_adapter_as_in_process(tmp_path, small_browser, server,
+                                                                     sft_adapter):
+    _, url = server
+    local = cfg(tmp_path, "local", init_adapter=str(sft_adapter))
+    train_rl(local, browser=small_browser, progress=False)
+    base = cfg(tmp_path, "base")
+    train_rl(base, browser=small_browser, progress=False)
+    remote = cfg(tmp_path, "remote", rollout_endpoint=url, init_adapter=str(sft_adapter))
+    train_rl(remote, browser=small_browser, progress=False)
+    a = [json.loads(x) for x in (tmp_path / "local" / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "remote" / "metrics.jsonl").read_text().splitlines()]
+    for key in ("reward", "gen_tokens", "turns"):  # the same greedy rollouts, step 2 under the published adapter
+        assert [r[key] for r in a] == [r[key] for r in b], key
+    assert all(r["publish_seconds"] > 0 for r in b)
+    wa = load_file(str(tmp_path / "local" / "adapter" / "adapter_model.safetensors"))
+    wb = load_file(str(tmp_path / "remote" / "adapter" / "adapter_model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+    c = [json.loads(x) for x in (tmp_path / "base" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["gen_tokens"] for r in c] != [r["gen_tokens"] for r in b], "the SFT start changes the rollouts"
+    models = json.loads(urllib.request.urlopen(url + "/v1/models", timeout=10).read())["data"]
+    assert [m["id"] for m in models] == ["smollm2-135m", "remote-step-2"], "the last step's adapter is served"
+    assert sorted(p.name for p in (tmp_path / "remote" / "published").iterdir()) == ["step-1", "step-2"]
+
+
+def test_a_dead_server_stops_training_with_one_error_before_a_step_is_lost(tmp_path, small_browser):
+    dead = cfg(tmp_path, "dead", rollout_endpoint="http://127.0.0.1:9")
+    with pytest.raises(SystemExit, match="generation server at http://127.0.0.1:9.*did not take the adapter"):
+        train_rl(dead, browser=small_browser, progress=False)
