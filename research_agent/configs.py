@@ -177,6 +177,8 @@ def config_from_args(args: argparse.Namespace, cls: type, *, defaults: dict[str,
     "--mode"}``): setting one in a file or a pair is an error, not a silent override.
     Raises ``ConfigError`` with one message for anything wrong.
     """
+    if not isinstance(args, argparse.Namespace):  # a list of pairs here would silently set nothing
+        raise TypeError(f"config_from_args takes parsed arguments, not {type(args).__name__}")
     given = {**(load_file(args.config) if getattr(args, "config", None) else {}),
              **parse_pairs(getattr(args, "set", None))}
     for name, flag in (reserved or {}).items():

@@ -221,10 +221,16 @@ def test_context_is_settable_from_eval_ask_and_the_trainer():
 
     train_config = ResearchTasks().agent_config
 
-    cfg = eval_config(["context=managed", "context_tokens=700"])
+    from eval.cli import build_parser as eval_parser
+
+    def eval_pairs(*pairs):
+        return eval_config(eval_parser().parse_args(["qa", "--bench", "x", "--out", "o",
+                                                     *(f"--set={p}" for p in pairs)]))
+
+    cfg = eval_pairs("context=managed", "context_tokens=700")
     assert cfg.managed and cfg.context_tokens == 700 and cfg.to_dict()["context"] == "managed"
     with pytest.raises(SystemExit):
-        eval_config(["context=summary"])
+        eval_pairs("context=summary")
     cfg = ask_config(build_parser().parse_args(["q", "--context", "managed", "--context-tokens", "640"]))
     assert cfg.managed and cfg.context_tokens == 640
     tcfg, _ = load_config(["--context", "managed", "--context-tokens", "512", "--notes-tokens", "64"])
