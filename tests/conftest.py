@@ -55,3 +55,18 @@ def json_docs(json_docs_dir):
     from corpus import open_corpus
 
     return open_corpus(json_docs_dir, retriever="bm25")
+
+
+@pytest.fixture(scope="module")
+def server(smol):
+    """``research_agent.serve`` over the fast model in a thread on loopback; its base URL."""
+    import threading
+
+    from research_agent.policy import LocalPolicy
+    from research_agent.serve import make_server
+
+    model, tok = smol
+    srv = make_server(LocalPolicy(model, tok, "smollm2-135m"), "smollm2-135m")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()

@@ -17,15 +17,6 @@ from research_agent.policy import EndpointPolicy, LocalPolicy, PolicyError
 from research_agent.serve import make_server
 
 
-@pytest.fixture(scope="module")
-def server(smol):
-    model, tok = smol
-    srv = make_server(LocalPolicy(model, tok, "smollm2-135m"), "smollm2-135m")
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-
-
 def _post(url, payload):
     req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
@@ -121,7 +112,6 @@ def test_the_prefix_cache_budget_is_configurable_and_zero_turns_it_off(capsys):
 
 # --- request bounds ------------------------------------------------------------------------------
 def _serving(policy, limits):
-    from research_agent.serve import make_server
 
     srv = make_server(policy, "smollm2-135m", limits=limits)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -4,42 +4,19 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import urllib.error
 import urllib.request
 
 import pytest
-import torch
 
 from research_agent.adapters import load_adapter
 from research_agent.policy import EndpointPolicy, LocalPolicy, PolicyError
-from research_agent.serve import make_server
+from tests.loras import random_lora
 
 
 @pytest.fixture(scope="module")
 def lora_dir(smol, tmp_path_factory):
-    """A real LoRA on the small model with random B matrices, so it changes what the model says."""
-    from peft import LoraConfig, get_peft_model
-
-    model, _ = smol
-    net = get_peft_model(copy.deepcopy(model), LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
-    out = tmp_path_factory.mktemp("lora") / "adapter"
-    net.save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def server(smol):
-    model, tok = smol
-    srv = make_server(LocalPolicy(model, tok, "smollm2-135m"), "smollm2-135m")
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
+    return random_lora(smol[0], tmp_path_factory.mktemp("lora") / "adapter", seed=0)
 
 
 def post(url, payload):

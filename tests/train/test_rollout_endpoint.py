@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from research_agent.train.config import TrainConfig
 from research_agent.train.rl import train_rl
+from tests.loras import random_lora
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,22 +39,9 @@ def server():
 
 @pytest.fixture(scope="module")
 def sft_adapter(smol, tmp_path_factory):
-    """A LoRA with random B matrices standing in for an SFT start: the RL run sits on it, so what is
-    published is a chain (folded into one LoRA), and a server ignoring it would sample other tokens."""
-    import copy
-
-    from peft import LoraConfig, get_peft_model
-
-    model, _ = smol
-    net = get_peft_model(copy.deepcopy(model), LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
-    out = tmp_path_factory.mktemp("sft") / "adapter"
-    net.save_pretrained(out)
-    return out
+    """A random LoRA standing in for an SFT start: the RL run sits on it, so what is published is a
+    chain (folded into one LoRA), and a server ignoring it would sample other tokens."""
+    return random_lora(smol[0], tmp_path_factory.mktemp("sft") / "adapter", seed=1)
 
 
 def tasks_file(tmp_path):
