@@ -3,13 +3,16 @@
 Run by ``sandbox.run_python`` as ``python -I -S _sandbox_boot.py`` (stdlib only, no site import:
 it starts fast and trusts nothing from the environment). It reads one JSON payload from stdin:
 
-    {"code", "files", "workdir", "mount", "uid", "python", "env", "hide", "expose", "limits", "status_fd"}
+    {"code", "files", "workdir", "mount", "uid", "python", "env", "expose", "limits", "status_fd",
+     "cgroup_procs"}
 
-With ``mount`` (inside fresh mount + pid + net namespaces) it makes the whole filesystem read-only,
-hides the caller's home under an empty tmpfs and gives the program a fresh tmpfs at /tmp as its
-working directory, so nothing it writes outlives it or lands outside; the Python environment's
-directories that lay under those (``expose``: a virtualenv under /tmp, pyenv or uv under a home) are
-bind-mounted back into place, read-only. It then forks: the child sets rlimits, drops to an unprivileged uid (so
+It first joins the run's cgroup (``cgroup_procs``), so the program's processes are bounded together.
+With ``mount`` (inside fresh mount + pid + net namespaces) it builds a new root on a tmpfs that holds
+only what Python needs — the system's /usr and libraries, the Python environment's directories
+(``expose``) at their own paths, a minimal /etc, a few devices, the run's /proc — pivots into it, and
+makes every mount read-only except a fresh tmpfs at /tmp (the working directory) and /dev/shm; nothing
+else of the host (other checkouts, the home, /etc/shadow) is there, and nothing the program writes
+outlives it. It then forks: the child sets rlimits, drops to an unprivileged uid (so
 RLIMIT_NPROC binds even though we run as root) and execs Python (``python``, the caller's unresolved interpreter) on the code; if the exec fails
 (an unprivileged uid may not read that Python), the failure is reported as a boot error. The parent stays as
 the namespace's pid 1 — the program cannot signal it, and when it exits the kernel kills every
@@ -62,8 +65,8 @@ def _remount_readonly(path, extra=0):
     _mount(None, path, None, flags)
 
 
-# Kernel filesystems, left as they are: their files are guarded by permissions, not by the mount.
-_KERNEL_DIRS = ("/proc", "/sys", "/dev")
+# The run's own /proc, left as it is: its files are guarded by permissions, not by the mount.
+_KERNEL_DIRS = ("/proc",)
 
 
 def _inside(path, dirs):
@@ -91,26 +94,110 @@ def _remount_all_readonly(writable, exposed):
         _remount_readonly(path, MS_NOSUID | MS_NODEV if path in exposed else 0)
 
 
+# What a program needs of the host, bound read-only into its new root where present. Symlinks
+# among them (a merged /usr's /bin -> usr/bin) are copied as symlinks.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The part of /etc that the dynamic loader, the C library and common Python libraries read: files
+# are copied, directories bound read-only, so nothing else of the host's /etc (shadow, hostname,
+# machine-id, ssl/private) is there.
+ETC_ENTRIES = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf", "hosts",
+    "host.conf", "protocols", "services", "mime.types", "ssl/certs", "ssl/openssl.cnf",
+    "ca-certificates", "alternatives", "fonts", "os-release",
+)
+DEVICES = ("null", "zero", "full", "random", "urandom")
+SYS_DIRS = ("/sys/devices/system/cpu",)  # CPU counts (os.cpu_count, BLAS thread pools)
+MNT_DETACH = 2
+# pivot_root(2) has no C library wrapper; its system call number per machine
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+
+
+def _copy_etc(root, uid):
+    import shutil
+
+    os.mkdir(root + "/etc", 0o755)
+    for name in ETC_ENTRIES:
+        src, dst = "/etc/" + name, root + "/etc/" + name
+        try:
+            os.makedirs(os.path.dirname(dst), 0o755, exist_ok=True)
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            elif os.path.isdir(src):
+                os.mkdir(dst, 0o755)
+                _mount(src, dst, None, MS_BIND | MS_REC)
+            elif os.path.isfile(src):
+                shutil.copyfile(src, dst)
+        except OSError:
+            continue  # an unreadable entry is left out, as a missing one is
+    user = uid if uid is not None else os.getuid()
+    with open(root + "/etc/passwd", "w") as f:
+        f.write("root:x:0:0:root:/root:/usr/sbin/nologin\n")
+        if user:
+            f.write(f"sandbox:x:{user}:{user}:sandbox:/tmp/work:/usr/sbin/nologin\n")
+        f.write("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+    with open(root + "/etc/group", "w") as f:
+        f.write("root:x:0:\n" + (f"sandbox:x:{user}:\n" if user else "") + "nogroup:x:65534:\n")
+
+
+def _pivot_root(root):
+    """Make ``root`` the root of this mount namespace and detach the host's: nothing outside is reachable."""
+    os.chdir(root)
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if number is not None and _libc.syscall(number, b".", b".") == 0:
+        if _libc.umount2(b".", MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"detaching the host's root failed: {os.strerror(err)}")
+    else:
+        # no pivot_root here (an initramfs root, or an unknown machine): chroot into it; the host's
+        # root stays only as mounts the program, without capabilities, cannot reach
+        os.chroot(".")
+    os.chdir("/")
+
+
 def _build_jail(payload):
-    """Read-only root, hidden home dirs, fresh tmpfs for /tmp and /dev/shm, the Python environment put
-    back read-only where it was; returns the workdir."""
+    """A new root that holds only what Python needs, read-only: the system's /usr and libraries, the
+    Python environment's directories (``expose``) at their own paths, a minimal /etc, a few devices,
+    /proc of the run's pid namespace, and fresh tmpfs for /tmp and /dev/shm. The host's other files
+    (other checkouts and their .git, the home, /etc/shadow, /opt, /srv) are not in it. Returns the workdir."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # Hold the environment's directories before anything is mounted over them: afterwards they are
-    # reachable only through these descriptors (/proc/self/fd/N), e.g. a virtualenv under /tmp.
-    held = [(os.open(path, os.O_PATH | os.O_DIRECTORY), path) for path in payload["expose"]]
+    exposed = list(payload["expose"])
+    sources = [p for p in SYSTEM_DIRS if os.path.isdir(p) and not os.path.islink(p)]
+    sources += [p for p in (*exposed, *SYS_DIRS) if os.path.isdir(p)]
+    # Held before anything is mounted over them (the new root is built on /tmp, where a virtualenv may live).
+    held = [(os.open(p, os.O_PATH | os.O_DIRECTORY), p) for p in sources]
+    root = "/tmp"
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=8m,nr_inodes=20000,mode=755")
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), root + path)
+    # the fresh /tmp first: an environment that lives under /tmp is bound on top of it below
     tmp_mb = payload["limits"]["tmpfs_mb"]
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_mb}m,nr_inodes=20000,mode=1777")
-    if os.path.isdir("/dev/shm"):
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777")
-    hidden = [h for h in payload["hide"] if os.path.isdir(h)]  # a home under /tmp is gone already
-    for path in hidden:
-        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    os.mkdir(root + "/tmp", 0o1777)
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_mb}m,nr_inodes=20000,mode=1777")
     for fd, path in held:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.makedirs(root + path, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", root + path, None, MS_BIND | MS_REC)
         os.close(fd)
-    # Everything else read-only: the root, every mount under it, the hiding tmpfs, the environment.
-    _remount_all_readonly(("/tmp", "/dev/shm"), set(payload["expose"]))
+    _copy_etc(root, payload["uid"])
+    os.mkdir(root + "/dev", 0o755)
+    _mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID, "size=64k,nr_inodes=64,mode=755")
+    for name in DEVICES:
+        if os.path.exists("/dev/" + name):
+            open(root + "/dev/" + name, "w").close()
+            _mount("/dev/" + name, root + "/dev/" + name, None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, root + "/dev/" + name)
+    os.mkdir(root + "/dev/shm", 0o1777)
+    _mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777")
+    os.mkdir(root + "/proc", 0o555)
+    _mount("/proc", root + "/proc", None, MS_BIND | MS_REC)  # the run's own, from unshare --mount-proc
+    _pivot_root(root)
+    # Everything read-only but the fresh /tmp and /dev/shm: the new root, /dev, every bind under them.
+    _remount_all_readonly(("/tmp", "/dev/shm"), set(exposed))
     workdir = "/tmp/work"
     os.mkdir(workdir, 0o700)
     return workdir
@@ -182,6 +269,15 @@ def _child(payload, workdir, script):
 def main():
     payload = json.loads(sys.stdin.read())
     status = os.fdopen(payload["status_fd"], "w")
+    # Join the run's cgroup first (itself: "0"), before the jail hides /sys/fs/cgroup and before any
+    # process of the program exists; every process forked from here on is counted in it.
+    cgroup_error = None
+    for procs in payload.get("cgroup_procs") or []:
+        try:
+            with open(procs, "w") as f:
+                f.write("0")
+        except OSError as e:
+            cgroup_error = f"could not join {procs}: {e.strerror}"
     try:
         workdir = _build_jail(payload) if payload["mount"] else payload["workdir"]
         for name, text in {**payload["files"], "main.py": payload["code"]}.items():
@@ -217,6 +313,8 @@ def main():
         sys.exit(70)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     report = {"cpu_s": usage.ru_utime + usage.ru_stime}
+    if cgroup_error:
+        report["cgroup_error"] = cgroup_error
     if os.WIFSIGNALED(wstatus):
         report["signal"] = os.WTERMSIG(wstatus)
     else:

@@ -4,18 +4,20 @@ Every call gets a fresh working directory, a new session (process group), a wall
 and rlimits on CPU time, address space, process count and file size; the environment is rebuilt
 from scratch so API keys never reach the program; output is capped and truncated; on timeout the
 whole group (and pid namespace) is killed. Where the OS allows, the program also runs in new
-pid/net/mount namespaces with a read-only filesystem and as an unprivileged uid — the only way
-RLIMIT_NPROC (fork bombs) binds when the caller is root, which it is in containers.
+pid/net/mount namespaces, in a new read-only root that holds only the system's libraries and the
+Python environment, and as an unprivileged uid — the only way RLIMIT_NPROC (fork bombs) binds when
+the caller is root, which it is in containers. Where a cgroup can be made (``cgroups.py``), memory is
+bounded for all of the program's processes together, not only per process.
 
 The program runs on the caller's interpreter — ``sys.executable`` as the user started it, not its
 resolved target, so a virtualenv (``venv``, ``virtualenv``, ``uv``) keeps its site-packages — and
-the environment's prefix is bind-mounted read-only back into place when the sandbox hides the home
-directory or mounts a fresh ``/tmp`` over it.
+the environment's directories are bound read-only into the new root at their own paths.
 
 Isolation levels, strongest first (``isolation_level()`` probes once and caches):
 
-- ``namespaces+uid``: root with util-linux ``unshare``: pid+net+mount namespaces, every mount
-  read-only, hidden home, fresh tmpfs /tmp, unprivileged uid. No network, no view of other processes.
+- ``namespaces+uid``: root with util-linux ``unshare``: pid+net+mount namespaces, a minimal
+  read-only root (no home, no other checkouts, a minimal /etc), fresh tmpfs /tmp, unprivileged uid.
+  No network, no view of other processes or of the host's files.
 - ``userns``: non-root with unprivileged user namespaces: the same namespaces and mounts, own uid
   (root of its user namespace with every capability dropped, so it cannot undo the mounts).
 - ``uid``: root without namespaces: unprivileged uid and rlimits; network is NOT blocked, and
@@ -49,6 +51,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from research_agent.code import cgroups
+
 LEVELS = ("namespaces+uid", "userns", "uid", "rlimits")
 # Levels under which the filesystem outside the work dir is read-only or hidden for the program.
 CONTAINED_LEVELS = ("namespaces+uid", "userns")
@@ -65,8 +69,9 @@ UNCONTAINED_MEANS = {
         "the network, and signal your processes"
     ),
 }
-# Directories the contained levels replace with a fresh tmpfs; an environment living there is re-exposed.
-FRESH_DIRS = ("/tmp", "/dev/shm")
+# The host's directories in the contained levels' new root (the boot script binds them read-only);
+# the Python environment's own directories are added to these (``_environment_dirs``).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _log = logging.getLogger(__name__)
 # Output beyond this is not read: the program is killed (protects the caller from output bombs).
 MAX_OUTPUT_BYTES = 1 << 20
@@ -132,6 +137,8 @@ class ExecResult:
     error: str | None
     seconds: float
     isolation: str
+    # "cgroup": memory_mb bounds all of the program's processes together; "per-process": each alone
+    memory_scope: str = "per-process"
 
 
 def truncate(text: str, limit: int) -> str:
@@ -180,31 +187,28 @@ def _inside(path: str, dirs: list[str] | tuple[str, ...]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def _hidden_and_exposed() -> tuple[list[str], list[str]]:
-    """Home directories to hide, and the Python environment's directories to put back read-only.
-
-    The environment (its prefix, its base interpreter's prefix, its site-packages) is put back where
-    the sandbox hides or replaces what holds it: a home (pyenv, uv, conda under ``~``) or ``/tmp``
-    (a virtualenv made there). Both the path as the user names it and its resolved target are put
-    back, so a prefix reached through a symlink still works. Nothing else of a home comes back."""
-    home = os.path.realpath(os.path.expanduser("~"))
-    hide = [home] if home not in ("/", "") and os.path.isdir(home) else []
+def _environment_dirs() -> list[str]:
+    """The Python environment's directories, bound read-only at their own paths into the contained
+    levels' new root: its prefix, its base interpreter's prefix, its site-packages and the
+    interpreter's directory, each as the user names it and as its resolved target (a prefix reached
+    through a symlink still works). Outermost only, and none that the system directories (/usr, ...)
+    bring already. Nothing else of the host is bound: not the home around a pyenv, not the checkout
+    around a ``.venv``, not an editable project's source."""
     python = _python()
     wanted = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
     wanted += [os.path.dirname(python), os.path.dirname(os.path.realpath(python))]
     wanted += site.getsitepackages() if hasattr(site, "getsitepackages") else []
-    covered = [*hide, *FRESH_DIRS]
+    system = [d for d in SYSTEM_DIRS if os.path.isdir(d)]  # a symlinked /lib resolves into /usr
     paths = set()
     for p in wanted:
         for q in (os.path.abspath(p), os.path.realpath(p)):
-            if os.path.isdir(q) and _inside(q, covered):
+            if os.path.isdir(q) and not _inside(q, system) and q != "/":
                 paths.add(q)
-    # Never put back a whole hidden or fresh dir (that would undo hiding it), and keep outermost paths only.
-    expose: list[str] = []
+    env: list[str] = []
     for p in sorted(paths):
-        if p not in covered and not _inside(p, expose):
-            expose.append(p)
-    return hide, expose
+        if not _inside(p, env):
+            env.append(p)
+    return env
 
 
 def _command(level: str) -> list[str]:
@@ -298,7 +302,11 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
     if host_dir and uid is not None:
         os.chown(host_dir, uid, uid)
     workdir = "/tmp/work" if mount else host_dir
-    hide, expose = _hidden_and_exposed() if mount else ([], [])
+    cgroup, memory_scope = None, "per-process"
+    if cgroups.available()[0]:
+        cgroup, _ = cgroups.create(limits.memory_mb, limits.nproc)
+        memory_scope = "cgroup" if cgroup else memory_scope
+    nproc = int(limits.nproc) if cgroup else _per_process_nproc(limits)
     payload = {
         "code": code,
         "files": dict(files or {}),
@@ -307,13 +315,13 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
         "uid": uid,
         "python": _python(),
         "env": _scrubbed_env(workdir),
-        "hide": hide,
-        "expose": expose,
+        "expose": _environment_dirs() if mount else [],
+        "cgroup_procs": cgroup.procs_files if cgroup else [],
         "limits": {
             "cpu_s": int(limits.cpu_s),
             "memory_b": int(limits.memory_mb) << 20,
             "fsize_b": int(limits.fsize_mb) << 20,
-            "nproc": int(limits.nproc),
+            "nproc": nproc,
             "tmpfs_mb": max(64, 4 * int(limits.fsize_mb)),
         },
     }
@@ -333,6 +341,8 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
     except OSError as e:
         os.close(status_r)
         os.close(status_w)
+        if cgroup:
+            cgroup.close()
         raise SandboxError(f"could not start the sandbox ({level}): {e}") from e
     os.close(status_w)
     try:
@@ -352,6 +362,9 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
             stream.close()
         if host_dir:
             shutil.rmtree(host_dir, ignore_errors=True)
+        oom_kills = cgroup.oom_kills() if cgroup else 0
+        if cgroup:
+            cgroup.close()
     stdout = out.decode("utf-8", "replace")
     stderr = err.decode("utf-8", "replace")
     try:
@@ -379,6 +392,14 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
         error = f"sandbox ended without a status (exit {proc.returncode}): {last_line(stderr)}"
     else:
         error = _describe(report, limits, stderr)
+    if report.get("cgroup_error"):
+        memory_scope = "per-process"
+        _log.warning("code sandbox: memory bounded per process only: %s", report["cgroup_error"])
+    if oom_kills and returncode != 0:
+        error = (
+            f"memory limit of {limits.memory_mb} MB for the whole program exceeded: the kernel killed"
+            f" {oom_kills} of its processes"
+        )
     return ExecResult(
         ok=stop is None and returncode == 0,
         stdout=truncate(stdout, limits.output_chars),
@@ -388,7 +409,18 @@ def _run(code: str, limits: SandboxLimits, files: dict[str, str] | None, level: 
         error=error,
         seconds=time.monotonic() - start,
         isolation=level,
+        memory_scope=memory_scope,
     )
+
+
+def _per_process_nproc(limits: SandboxLimits) -> int:
+    """Without a cgroup each process may take ``memory_mb``: allow only as many processes as half of
+    this machine's memory holds at that size (at least 4), not ``nproc`` x ``memory_mb``."""
+    try:
+        ram_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+    except (ValueError, OSError):
+        return int(limits.nproc)
+    return max(4, min(int(limits.nproc), ram_mb // 2 // max(int(limits.memory_mb), 1)))
 
 
 def _probe(level: str) -> str | None:

@@ -171,7 +171,7 @@ def test_the_sandbox_runs_on_the_users_virtualenv(tmp_venv: Path, level: str):
     if contained:
         assert lines[-1] == "venv read-only"
         # the home shows only the way to the Python installation put back into it, nothing else
-        _, exposed = sandbox._hidden_and_exposed()
+        exposed = sandbox._environment_dirs()
         allowed = {Path(p).relative_to(home).parts[0] for p in exposed if p.startswith(home + "/")}
         assert set(ast.literal_eval(lines[2])) <= allowed
 

@@ -169,7 +169,9 @@ def test_other_mounted_filesystems_are_read_only_too(level: str):
         if "does not work here" in out.stderr:
             pytest.skip(f"{level} is not available here")
         assert out.returncode == 0, out.stderr
-        assert out.stdout.startswith(level) and "Read-only file system" in out.stdout, out.stdout
+        # not in the sandbox's root at all (only the system's and Python's directories are), or read-only
+        assert out.stdout.startswith(level), out.stdout
+        assert "Read-only file system" in out.stdout or "No such file or directory" in out.stdout, out.stdout
         assert not target.exists(), "the sandbox wrote to another mounted filesystem"
     finally:
         shutil.rmtree(victim, ignore_errors=True)
@@ -209,7 +211,7 @@ def test_environment_secrets_are_not_visible(monkeypatch):
 def test_home_directory_is_hidden():
     """Secrets in the caller's home (SSH keys, API key files) are not there; only the Python put back."""
     home = os.path.realpath(os.path.expanduser("~"))
-    _, exposed = sandbox._hidden_and_exposed()
+    exposed = sandbox._environment_dirs()
     code = (
         f"import os\nfound = []\nfor root, dirs, files in os.walk({home!r}):\n"
         f"    dirs[:] = [d for d in dirs if os.path.join(root, d) not in {exposed!r}]\n"
@@ -234,6 +236,8 @@ def test_the_jail_cannot_be_undone(level: str):
         "def attack(tag):\n"
         f"    print(tag, 'umount home', call('umount2', {home.encode()!r}, 2))\n"
         "    print(tag, 'remount rw', call('mount', None, b'/', None, ctypes.c_ulong(4096 | 32), None))\n"
+        "    print(tag, 'remount usr rw', call('mount', None, b'/usr', None, ctypes.c_ulong(4096 | 32), None))\n"
+        "    print(tag, 'umount usr', call('umount2', b'/usr', 2))\n"
         "    try:\n"
         f"        open({str(target)!r}, 'w').write('pwned'); print(tag, 'write ok')\n"
         "    except OSError as e:\n        print(tag, 'write', e.strerror)\n"
@@ -275,3 +279,82 @@ def test_segfault_via_ctypes_is_reported():
     res = run_python("import ctypes\nctypes.string_at(0)\n", FAST)
     assert not res.ok
     assert "SIGSEGV" in res.error and res.returncode == -11
+
+
+def test_host_files_outside_the_python_environment_are_not_there():
+    """The program's root holds the system's /usr and libraries, the Python environment, a minimal
+    /etc and its own /tmp: not this checkout and its .git, not /var, /etc/shadow or a secret left in
+    a world-readable file outside the home (issue 30.2)."""
+    secret = Path("/var/tmp") / f"ra-hostile-secret-{os.getpid()}"
+    secret.write_text("SECRET-host-file")
+    os.chmod(secret, 0o644)
+    probes = [str(secret), f"{REPO}/.git", f"{REPO}/pyproject.toml", "/etc/shadow", "/etc/hostname",
+              "/etc/machine-id", "/var", "/home", "/srv"]
+    code = (
+        "import os\n"
+        f"print('present', [p for p in {probes!r} if os.path.lexists(p)])\n"
+        "print('root', sorted(os.listdir('/')))\n"
+        "print('etc', sorted(os.listdir('/etc')))\n"
+    )
+    try:
+        res = run_python(code, FAST)
+    finally:
+        secret.unlink()
+    assert res.ok, res
+    lines = dict(line.split(" ", 1) for line in res.stdout.splitlines())
+    assert lines["present"] == "[]", lines["present"]
+    env_tops = {Path(p).parts[1] for p in sandbox._environment_dirs()}
+    allowed_root = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc", "sys", "tmp"}
+    import ast
+
+    assert set(ast.literal_eval(lines["root"])) <= allowed_root | env_tops
+    from research_agent.code import _sandbox_boot
+
+    assert set(ast.literal_eval(lines["etc"])) <= {e.split("/")[0] for e in _sandbox_boot.ETC_ENTRIES} | {"passwd", "group"}
+    assert "SECRET" not in res.stdout + res.stderr
+
+
+def _leftover_cgroups() -> list[str]:
+    from research_agent.code import cgroups
+
+    prefix = f"research-agent-sandbox-{os.getpid()}-"
+    return [name for d in cgroups._hierarchies().values() if os.path.isdir(d)
+            for name in os.listdir(d) if name.startswith(prefix)]
+
+
+def test_memory_is_bounded_for_the_whole_program():
+    """Four children of 200 MB each under memory_mb=256: they cannot all hold their memory at once
+    (each alone fits its rlimit); the kernel kills the ones past the program's total (issue 30.3)."""
+    from research_agent.code import cgroups
+
+    if not cgroups.available()[0]:
+        pytest.skip(f"no cgroup for the sandbox here: {cgroups.available()[1]}")
+    code = (
+        "import os, time\nkids = []\n"
+        "for i in range(4):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        b = bytearray(200 * 2**20)\n"
+        "        for j in range(0, len(b), 4096):\n            b[j] = 1\n"
+        "        time.sleep(1.5)\n        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "codes = [os.waitpid(k, 0)[1] for k in kids]\n"
+        "print('held', sum(c == 0 for c in codes))\n"
+    )
+    res = run_python(code, SandboxLimits(wall_s=20.0, cpu_s=10, memory_mb=256, nproc=16))
+    assert res.memory_scope == "cgroup"
+    assert res.ok, res
+    assert res.stdout.strip() in ("held 0", "held 1"), res.stdout
+    assert _leftover_cgroups() == []
+
+
+def test_without_a_cgroup_the_bound_is_per_process_with_fewer_processes(monkeypatch):
+    """Where no cgroup can be made, the result says so and the process cap shrinks so that nproc x
+    memory_mb stays within half of this machine's memory."""
+    monkeypatch.setattr(sandbox.cgroups, "available", lambda: (False, "no cgroup in this test"))
+    limits = SandboxLimits(wall_s=10.0, memory_mb=4096, nproc=64)
+    res = run_python("import resource\nprint(resource.getrlimit(resource.RLIMIT_NPROC)[0])\n", limits)
+    assert res.ok, res
+    assert res.memory_scope == "per-process"
+    ram_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+    assert int(res.stdout) == max(4, min(64, ram_mb // 2 // 4096)) < 64
