@@ -131,6 +131,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, only: tuple[str, ...] 
               skip: tuple[str, ...] = (), defaults: dict[str, Any] | None = None) -> None:
     """``--field-name`` for each field (strings, parsed later by ``build``; unset flags stay None);
     ``defaults`` are the command's own defaults, where they differ from the dataclass's, for the help."""
+    kinds = field_types(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip or (only is not None and f.name not in only):
             continue
@@ -139,7 +140,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, only: tuple[str, ...] 
         text = f.metadata.get("help", "")
         text = f"{text} (default: {default})" if text else f"default: {default}"
         flag, help_text = "--" + f.name.replace("_", "-"), text.replace("%", "%%")  # argparse formats help with %
-        if isinstance(default, bool):  # a bare --flag means true; --flag false turns it off
+        if kinds[f.name] is bool:  # a bare --flag means true; --flag false turns it off
             parser.add_argument(flag, dest=f.name, default=None, nargs="?", const="true", metavar="BOOL",
                                 help=help_text)
         else:

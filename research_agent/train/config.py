@@ -78,11 +78,12 @@ class TrainConfig:
     micro_batch: int = _f(2, "most rows in one forward/backward pass of the update (memory vs speed)")
     share_prefix: bool = _f(True, "run a prompt shared by a group's trajectories once per update (same update, "
                                   "fewer positions)")
-    gradient_checkpointing: bool = _f(False, "recompute each layer's activations in the backward instead of keeping "
-                                      "them: ~40 % more time, several-fold less memory on long sequences (code "
-                                      "demonstrations: 9.3 -> 3.5 GB for 2 x 1,900 tokens); the RL update then "
-                                      "feeds whole sequences (share_prefix needs a K/V cache, which checkpointed "
-                                      "layers do not write)")
+    gradient_checkpointing: bool | None = _f(None, "recompute each layer's activations in the backward instead of "
+                                             "keeping them; unset: on for sft (whole demonstrations: the recipe's SFT "
+                                             "stage peaked at 7.8 GB without, 2.8 GB with, for 24 % more time), off for "
+                                             "rl (its update feeds a group's shared prompt once, which needs the K/V "
+                                             "cache checkpointed layers do not write; 3.0 GB without); "
+                                             "docs/benchmarks.md")
     max_grad_norm: float = _f(1.0, "gradient clipping")
     lora_r: int = _f(16, "LoRA rank")
     lora_alpha: int = _f(32, "LoRA alpha")
@@ -186,6 +187,11 @@ class TrainConfig:
         for name, value in TASK_TYPES[self.task_type].defaults.items():
             if getattr(self, name) in (None, ""):  # resolved here, so config.json records what was trained with
                 setattr(self, name, value)
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether the update recomputes activations: as set, else on for sft and off for rl."""
+        return self.gradient_checkpointing if self.gradient_checkpointing is not None else self.stage == "sft"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -47,22 +47,24 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     if loss_mask is not None:
         cols = torch.nonzero(loss_mask[:, 1:].sum(0) > 0).squeeze(-1)
         keep = cols  # logits at column c predict token c + 1
-    extra = {"logits_to_keep": keep} if keep is not None else {}
+    extra = {}
     if cache is not None:
         extra.update(cache=cache, use_cache=True, position_ids=position_ids)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, **extra)
-    if keep is None:
-        logits = out.logits[:, :-1].float()
-        targets = input_ids[:, 1:]
+    split = _body_and_head(model)
+    if split is None:  # not a decoder + output embedding we know how to split: the whole model's logits
+        out = model(input_ids=input_ids, attention_mask=attention_mask,
+                    **({"logits_to_keep": keep} if keep is not None else {}), **extra)
+        hidden, head = None, None
+        logits = out.logits if keep is not None else out.logits[:, :-1]
     else:
-        logits = out.logits.float()
-        targets = input_ids[:, keep + 1]
-    logp_all = torch.log_softmax(logits, dim=-1)
-    lp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    ent = None
-    if with_entropy:
-        with torch.no_grad():
-            ent = -(logp_all.exp() * logp_all).sum(-1)
+        body, head = split
+        hidden = body(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+        hidden = hidden[:, :-1] if keep is None else hidden[:, keep]
+    targets = input_ids[:, 1:] if keep is None else input_ids[:, keep + 1]
+    if hidden is None:
+        lp, ent = _logprobs_of_logits(logits, targets, with_entropy)
+    else:
+        lp, ent = head_logprobs(head, hidden, targets, with_entropy)
     if keep is None:
         lp = F.pad(lp, (1, 0), value=0.0)
         ent = F.pad(ent, (1, 0), value=0.0) if ent is not None else None
@@ -70,6 +72,67 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         lp = _scatter_columns(lp, keep + 1, input_ids.shape[1])
         ent = _scatter_columns(ent, keep + 1, input_ids.shape[1]) if ent is not None else None
     return lp, ent
+
+
+# Most vocabulary logits held at once (fp32 elements): 32 M is 128 MB. A micro-batch of 4 SFT
+# demonstrations of ~850 tokens over smollm2's 49k vocabulary is 167 M (670 MB, and as much again for
+# the log-softmax and for each gradient); over qwen's 152k, 2 GB each.
+LOGIT_CHUNK_ELEMENTS = 32 * 2**20
+
+
+def _body_and_head(model):
+    """(decoder stack returning normed hidden states, output projection), or None if unknown."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        body, head = base.get_decoder(), base.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    if body is None or body is base or not isinstance(head, torch.nn.Linear):
+        return None
+    return body, head
+
+
+def _logprobs_of_logits(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+    logp_all = torch.log_softmax(logits.float(), dim=-1)
+    lp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+    return lp, ent
+
+
+def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias, with_entropy: bool):
+    lp, ent = _logprobs_of_logits(F.linear(hidden, weight, bias), targets, with_entropy)
+    return (lp, ent) if with_entropy else (lp,)
+
+
+def head_logprobs(head: torch.nn.Linear, hidden: torch.Tensor, targets: torch.Tensor,
+                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of ``targets`` under ``head(hidden)``, never holding more than ``LOGIT_CHUNK_ELEMENTS``
+    logits: above that, column chunks whose logits are recomputed in the backward instead of kept
+    (``torch.utils.checkpoint``), so the full [batch, columns, vocab] tensor, its log-softmax and their
+    gradients never exist. The same arithmetic per column, so the values equal the unchunked ones."""
+    rows, cols = targets.shape
+    vocab = head.weight.shape[0]
+    per_col = max(rows * vocab, 1)
+    if rows * cols * vocab <= LOGIT_CHUNK_ELEMENTS or cols <= 1:
+        return _logprobs_of_logits(head(hidden), targets, with_entropy)
+    step = max(1, LOGIT_CHUNK_ELEMENTS // per_col)
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or head.weight.requires_grad)
+    lps, ents = [], []
+    for start in range(0, cols, step):
+        args = (hidden[:, start:start + step], targets[:, start:start + step], head.weight, head.bias, with_entropy)
+        if grad:
+            from torch.utils.checkpoint import checkpoint
+
+            out = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            out = _chunk_logprobs(*args)
+        lps.append(out[0])
+        if with_entropy:
+            ents.append(out[1])
+    return torch.cat(lps, dim=1), (torch.cat(ents, dim=1) if with_entropy else None)
 
 
 def _scatter_columns(values: torch.Tensor, cols: torch.Tensor, width: int) -> torch.Tensor:

@@ -75,7 +75,7 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
                       target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
     model = get_peft_model(base, lcfg)
     model.merged_chain = chain
-    if cfg.gradient_checkpointing:
+    if cfg.checkpointing:
         # non-reentrant: the frozen embeddings give the first layer's input no grad, which the
         # reentrant variant would take as "nothing to differentiate" and drop LoRA's gradients
         inner = model.get_base_model()
@@ -163,7 +163,7 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
     # The loss is the mean over every model token of the step (each chunk divides by the step's
     # total), so how units are grouped and chunked changes nothing but the cost: a prompt shared by
     # a group's trajectories runs once, and short suffixes are not padded to a long straggler.
-    share = cfg.share_prefix and not cfg.gradient_checkpointing  # checkpointed layers write no K/V cache
+    share = cfg.share_prefix and not cfg.checkpointing  # checkpointed layers write no K/V cache
     plan = plan_update([(u[1], u[2]) for u in units], cfg.micro_batch,
                        **{"share_prefix": share, **(layout or {})}) if units else []  # layout: benchmarks' overrides
     total = sum(sum(u[2]) for u in units)
