@@ -5,7 +5,8 @@
 
 Runs the recipe's SFT stage (``smollm2-135m``, micro-batch 4, lr 5e-4, one epoch over the first
 ``--demos`` demonstrations) and its RL stage (REINFORCE, 4 prompts x G=4, 4 turns, 3 tool calls,
-48 tokens per turn, temperature 1.0, KL 0, for ``--rl-steps`` steps) as ``python -m
+48 tokens per turn, temperature 1.0, KL 0, for ``--rl-steps`` steps, with the group filters off so
+that every step updates on all 16 trajectories: the worst case of the update) as ``python -m
 research_agent.train`` subprocesses, each alone, and prints each one's peak RSS (``ru_maxrss`` of
 the child) and wall time. Settings: ``default`` (what the recipe runs), ``gc`` / ``nogc``
 (``--gradient-checkpointing true|false`` forced). The reference a user would otherwise run is the
@@ -42,7 +43,10 @@ def stage_argv(stage: str, data: Path, adapter: Path | None, rl_steps: int, out:
     return ["--stage", "rl", "--model", "smollm2-135m", "--init-adapter", str(adapter), "--algorithm", "reinforce",
             "--group-size", "4", "--prompts-per-step", "4", "--steps", str(rl_steps), "--lr", "2e-4",
             "--kl-coef", "0", "--temperature", "1.0", "--concurrency", "8", "--max-turns", "4",
-            "--max-tool-calls", "3", "--max-new-tokens", "48", "--checkpoint-every", "1000", "--out", str(out)]
+            "--max-tool-calls", "3", "--max-new-tokens", "48", "--checkpoint-every", "1000", "--out", str(out),
+            # every group is trained, so each step's update runs on all 16 trajectories (the filters would
+            # drop the groups a weak adapter scores all-equal, and a step without an update measures nothing)
+            "--filter-low", "0", "--filter-high", "1", "--filter-zero-variance", "false", "--drop-void-turns", "false"]
 
 
 def run_one(argv: list[str], log: Path) -> dict:

@@ -79,11 +79,12 @@ class TrainConfig:
     share_prefix: bool = _f(True, "run a prompt shared by a group's trajectories once per update (same update, "
                                   "fewer positions)")
     gradient_checkpointing: bool | None = _f(None, "recompute each layer's activations in the backward instead of "
-                                             "keeping them; unset: on for sft (whole demonstrations: the recipe's SFT "
-                                             "stage peaked at 7.8 GB without, 2.8 GB with, for 24 % more time), off for "
-                                             "rl (its update feeds a group's shared prompt once, which needs the K/V "
-                                             "cache checkpointed layers do not write; 3.0 GB without); "
-                                             "docs/benchmarks.md")
+                                             "keeping them; unset: per pass, when keeping them would take over "
+                                             "1.5 GB (estimated from the pass's tokens and the model's size): the "
+                                             "recipe's SFT stage peaks at 2.8 GB instead of 7.8 GB for 24 % more "
+                                             "time, its RL stage at 3.6 instead of 6.6 GB; a checkpointed RL update "
+                                             "feeds whole sequences (a shared prompt needs the K/V cache "
+                                             "checkpointed layers do not write); docs/benchmarks.md")
     max_grad_norm: float = _f(1.0, "gradient clipping")
     lora_r: int = _f(16, "LoRA rank")
     lora_alpha: int = _f(32, "LoRA alpha")
@@ -187,11 +188,6 @@ class TrainConfig:
         for name, value in TASK_TYPES[self.task_type].defaults.items():
             if getattr(self, name) in (None, ""):  # resolved here, so config.json records what was trained with
                 setattr(self, name, value)
-
-    @property
-    def checkpointing(self) -> bool:
-        """Whether the update recomputes activations: as set, else on for sft and off for rl."""
-        return self.gradient_checkpointing if self.gradient_checkpointing is not None else self.stage == "sft"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -57,7 +57,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
     divided by the step's token count over all ranks and the gradients are summed
     (``research_agent.train.distributed``), so N processes take the one-process step; only rank 0
     writes the run directory (and builds the examples, which code tasks write there too)."""
-    from .rl import setup_lora
+    from .rl import set_checkpointing, setup_lora, wants_checkpointing
 
     tasks = task_type or get_task_type(cfg.task_type)
     ranks = init_distributed(cfg.device)
@@ -100,6 +100,9 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
         random.Random(cfg.seed + epoch).shuffle(order)
         idx = order[pos * cfg.micro_batch: (pos + 1) * cfg.micro_batch]
         t0 = time.perf_counter()
+        rows = idx[ranks.rank::ranks.world] if ranks.active else idx
+        set_checkpointing(model, wants_checkpointing(cfg, model, len(rows) * max(
+            (len(examples[i][0]) for i in rows), default=0)))
         if ranks.active:
             loss, tokens = _shared_step(model, opt, examples, idx[ranks.rank::ranks.world], tok.pad_token_id,
                                         device, ranks)

@@ -179,3 +179,26 @@ def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_update():
     # whole sequences, each chunk's policy pass, its reference, and the policy pass again in the backward
     (shared, chunks), (ckpt, plain_chunks) = calls[False], calls[True]
     assert shared == 2 + 2 * chunks and ckpt == 3 * plain_chunks, calls
+
+
+def test_checkpointing_turns_on_by_itself_where_activations_would_pass_the_budget(smol):
+    """Unset, each pass decides from its tokens and the model's size: the recipe's SFT micro-batch (4
+    demonstrations of ~850 tokens, ~5 GB of activations on smollm2) recomputes, a short RL batch (8 rows
+    of ~100 tokens) keeps them; a setting overrides either way."""
+    from research_agent.train.rl import set_checkpointing, wants_checkpointing
+
+    model, _ = smol
+    auto = TrainConfig()
+    assert wants_checkpointing(auto, model, 4 * 850)
+    assert not wants_checkpointing(auto, model, 8 * 100)
+    assert not wants_checkpointing(TrainConfig(gradient_checkpointing=False), model, 4 * 850)
+    assert wants_checkpointing(TrainConfig(gradient_checkpointing=True), model, 8)
+    assert wants_checkpointing(auto, None, 10**6) is False  # nothing to estimate from
+    try:
+        set_checkpointing(model, True)
+        assert model.is_activation_checkpointing
+        set_checkpointing(model, True)  # idempotent
+        assert model.is_activation_checkpointing
+    finally:
+        set_checkpointing(model, False)
+    assert not model.is_activation_checkpointing

@@ -1,0 +1,152 @@
+"""The check to run on a new GPU machine: one SFT step and two RL steps, end to end, on the device.
+
+    python bench/gpu_check.py [--model qwen2.5-coder-0.5b] [--device cuda] [--dtype auto] [--out DIR]
+
+What it runs, each through the project's own command in this process (as the recipe does), so the
+device, dtype and every tensor path of the real trainer are exercised:
+
+1. a small real corpus: the Factbook profiles the chosen training questions need, plus four more;
+2. gold-path demonstrations of ``--demos`` training questions (``synth trajectories --policy
+   reference``, real tool calls on that corpus) and their SFT export, tokenized for ``--model``;
+3. SFT on them: ``--demos`` / 4 steps of micro-batch 4 (one step with the default 4);
+4. RL from that adapter: two REINFORCE steps of 2 prompts x G=4, 4 turns, 3 tool calls, 48 tokens
+   per turn, temperature 1.0, group filters off so each step updates.
+
+It prints the device (name, capability, bf16), each stage's wall time, SFT s/step and trained tokens/s,
+RL s/step (rollout and update) and generated tokens/s, and the peak GPU memory torch allocated; and
+writes them to ``OUT/gpu_check.json``. On a machine without CUDA, ``--device cpu`` runs the same
+path (slowly) as a dry run of the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+EXTRA_GECS = ["fr", "gm", "it", "sp"]
+
+
+def pick_questions(n: int) -> list[dict]:
+    """The first ``n`` training questions answered by one or two Factbook profiles (small corpus)."""
+    from research_agent.tasks import default_task_file
+
+    out = []
+    with open(default_task_file(), encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            docs = row.get("supporting_docs") or []
+            if row.get("split") == "train" and 0 < len(docs) <= 2 and all(d.startswith("factbook/") for d in docs):
+                out.append(row)
+            if len(out) == n:
+                break
+    return out
+
+
+def device_line(device: str) -> dict:
+    import torch
+
+    info = {"torch": torch.__version__, "device": device}
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)")
+        idx = torch.device(device).index or 0
+        info.update(gpu=torch.cuda.get_device_name(idx), capability=".".join(map(str, torch.cuda.get_device_capability(idx))),
+                    bf16=torch.cuda.is_bf16_supported(), cuda=torch.version.cuda)
+    return info
+
+
+def run(module: str, argv: list[str]) -> float:
+    import importlib
+
+    print(f"\n== python -m {module.removesuffix('.__main__')} {' '.join(argv)}", flush=True)
+    t0 = time.perf_counter()
+    rc = importlib.import_module(module).main(argv)
+    if rc not in (0, None):
+        raise SystemExit(f"{module} failed with exit status {rc}")
+    return time.perf_counter() - t0
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu for a dry run of this script")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--demos", type=int, default=4, help="demonstrations (SFT steps = demos / 4)")
+    ap.add_argument("--out", type=Path, default=Path("runs/gpu-check"))
+    args = ap.parse_args()
+    import torch
+
+    from corpus import build_corpus
+    from corpus.factbook import factbook_documents
+
+    info = device_line(args.device)
+    print(json.dumps(info), flush=True)
+    os.environ.setdefault("RESEARCH_AGENT_EMBED_DEVICE", args.device)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    questions = pick_questions(max(args.demos, 2))
+    tasks = out / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
+    gecs = sorted({d.split("/", 1)[1] for q in questions for d in q["supporting_docs"]} | set(EXTRA_GECS))
+    t0 = time.perf_counter()
+    corpus = out / "corpus"
+    if not (corpus / "manifest.json").exists():
+        build_corpus(out=corpus, documents=list(factbook_documents(gecs=gecs)), progress=False)
+    times = {"corpus_s": time.perf_counter() - t0}
+    dev = ["--device", args.device, "--dtype", args.dtype]
+    agent = ["--max-turns", "4", "--max-tool-calls", "3", "--max-new-tokens", "48"]
+    times["demonstrations_s"] = run("synth.__main__", [
+        "trajectories", "--qa", str(tasks), "--policy", "reference", "--model", args.model, "--split", "train",
+        "--limit", str(args.demos), "--corpus", str(corpus), "--out", str(out / "demos"), "--concurrency", "4",
+        *agent, *dev])
+    times["sft_export_s"] = run("synth.__main__", [
+        "sft-export", "--trajectories", str(out / "demos"), "--out", str(out / "sft.jsonl"), "--min-f1", "0",
+        "--tokenizer", args.model])
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    times["sft_s"] = run("research_agent.train.__main__", [
+        "--stage", "sft", "--model", args.model, "--tasks", str(out / "sft.jsonl"), "--epochs", "1",
+        "--micro-batch", "4", "--lr", "5e-4", "--out", str(out / "sft"), *dev])
+    sft_peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    times["rl_s"] = run("research_agent.train.__main__", [
+        "--stage", "rl", "--model", args.model, "--init-adapter", str(out / "sft" / "adapter"), "--tasks",
+        str(tasks), "--corpus", str(corpus), "--algorithm", "reinforce", "--group-size", "4",
+        "--prompts-per-step", "2", "--steps", "2", "--lr", "2e-4", "--kl-coef", "0", "--temperature", "1.0",
+        "--filter-low", "0", "--filter-high", "1", "--filter-zero-variance", "false", "--drop-void-turns", "false",
+        "--checkpoint-every", "1000", "--out", str(out / "rl"), *agent, *dev])
+    rl_peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    sft_rows, rl_rows = rows(out / "sft" / "metrics.jsonl"), rows(out / "rl" / "metrics.jsonl")
+    sft_s = sum(r["seconds"] for r in sft_rows)
+    report = {
+        **info, "model": args.model, "dtype": args.dtype, **{k: round(v, 1) for k, v in times.items()},
+        "sft_steps": len(sft_rows), "sft_s_per_step": round(sft_s / max(len(sft_rows), 1), 2),
+        "sft_trained_tokens_per_s": round(sum(r.get("tokens", 0) for r in sft_rows) / max(sft_s, 1e-9), 1),
+        "rl_steps": len(rl_rows),
+        "rl_s_per_step": round(sum(r["seconds"] for r in rl_rows) / max(len(rl_rows), 1), 2),
+        "rl_rollout_s_per_step": round(sum(r["rollout_seconds"] for r in rl_rows) / max(len(rl_rows), 1), 2),
+        "rl_generated_tokens_per_s": round(
+            sum(r["gen_tokens"] * 8 for r in rl_rows) / max(sum(r["rollout_seconds"] for r in rl_rows), 1e-9), 1),
+        "rl_trained_trajectories": [r["trained_trajectories"] for r in rl_rows],
+        "sft_peak_gpu_gb": round(sft_peak, 2) if sft_peak is not None else None,
+        "rl_peak_gpu_gb": round(rl_peak, 2) if rl_peak is not None else None,
+    }
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print("\nRESULT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
