@@ -60,14 +60,18 @@ def cfg(tmp_path, out, **kw):
                        concurrency=2, kl_coef=0.0, **kw)
 
 
-@pytest.mark.slow  # three 2-step RL runs and a server process: ~10 min on two cores
+def _complete(url: str, model: str, prompt: str) -> str:
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 12, "temperature": 0}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=120).read())["choices"][0]["text"]
+
+
+# two 2-step RL runs (in-process, then on the server) and a server process: ~2 min on two cores
 def test_rollouts_on_the_server_train_the_same_adapter_as_in_process(tmp_path, small_browser, server,
                                                                      sft_adapter):
     _, url = server
     local = cfg(tmp_path, "local", init_adapter=str(sft_adapter))
     train_rl(local, browser=small_browser, progress=False)
-    base = cfg(tmp_path, "base")
-    train_rl(base, browser=small_browser, progress=False)
     remote = cfg(tmp_path, "remote", rollout_endpoint=url, init_adapter=str(sft_adapter))
     train_rl(remote, browser=small_browser, progress=False)
     a = [json.loads(x) for x in (tmp_path / "local" / "metrics.jsonl").read_text().splitlines()]
@@ -78,8 +82,9 @@ def test_rollouts_on_the_server_train_the_same_adapter_as_in_process(tmp_path, s
     wa = load_file(str(tmp_path / "local" / "adapter" / "adapter_model.safetensors"))
     wb = load_file(str(tmp_path / "remote" / "adapter" / "adapter_model.safetensors"))
     assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
-    c = [json.loads(x) for x in (tmp_path / "base" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["gen_tokens"] for r in c] != [r["gen_tokens"] for r in b], "the SFT start changes the rollouts"
+    prompt = "Question: What is the capital of France?\nAnswer:"
+    assert _complete(url, "smollm2-135m", prompt) != _complete(url, "remote-step-2", prompt), (
+        "the served adapter must change what the model says, or equal rollouts would prove nothing")
     models = json.loads(urllib.request.urlopen(url + "/v1/models", timeout=10).read())["data"]
     assert [m["id"] for m in models] == ["smollm2-135m", "remote-step-2"], "the last step's adapter is served"
     assert sorted(p.name for p in (tmp_path / "remote" / "published").iterdir()) == ["step-1", "step-2"]
