@@ -90,7 +90,11 @@ def test_rollouts_on_the_server_train_the_same_adapter_as_in_process(tmp_path, s
     assert sorted(p.name for p in (tmp_path / "remote" / "published").iterdir()) == ["step-1", "step-2"]
 
 
-def test_a_dead_server_stops_training_with_one_error_before_a_step_is_lost(tmp_path, small_browser):
+def test_a_dead_server_stops_training_with_one_error_before_a_step_is_lost(tmp_path, small_browser, monkeypatch):
+    sleeps = []
+    monkeypatch.setattr("research_agent.policy.time.sleep", sleeps.append)  # the backoff, without the wait
     dead = cfg(tmp_path, "dead", rollout_endpoint="http://127.0.0.1:9")
     with pytest.raises(SystemExit, match="generation server at http://127.0.0.1:9.*did not take the adapter"):
         train_rl(dead, browser=small_browser, progress=False)
+    assert sleeps and sleeps == sorted(sleeps), "it was retried, with a growing backoff, before the error"
+    assert not (tmp_path / "dead" / "checkpoints").exists() or not any((tmp_path / "dead" / "checkpoints").iterdir())

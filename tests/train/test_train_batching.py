@@ -107,7 +107,9 @@ def _trajectories(tok, two_steps: bool):
     return out
 
 
-@pytest.mark.parametrize("per_step", [False, True], ids=["per-trajectory", "per-step"])
+# per-step (GiGPO) advantages run the per-trajectory case's code and more; that one is slow-only
+@pytest.mark.parametrize("per_step", [pytest.param(False, id="per-trajectory", marks=pytest.mark.slow),
+                                      pytest.param(True, id="per-step")])
 def test_shared_prefix_update_equals_the_plain_padded_update(per_step):
     cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora_dropout=0.0, max_grad_norm=1e9)
     model, tok = setup_lora(cfg, progress=False)

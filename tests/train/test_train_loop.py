@@ -27,7 +27,9 @@ def _trajectories(tok, browser):
     return [good, bad]
 
 
-@pytest.mark.parametrize("adv", [[1.0, -1.0], [[0.0, 1.0], [0.0, -1.0]]], ids=["per-trajectory", "per-step"])
+# per-step advantages exercise the per-trajectory path's code and more; the per-trajectory case is slow-only
+@pytest.mark.parametrize("adv", [pytest.param([1.0, -1.0], id="per-trajectory", marks=pytest.mark.slow),
+                                 pytest.param([[0.0, 1.0], [0.0, -1.0]], id="per-step")])
 def test_one_update_moves_lora_weights_and_no_base_weight(small_browser, adv):
     cfg = TrainConfig(lr=1e-3, micro_batch=2, kl_coef=0.05)
     model, tok = setup_lora(cfg, progress=False)
@@ -62,6 +64,7 @@ def test_one_update_moves_lora_weights_and_no_base_weight(small_browser, adv):
     assert after > before
 
 
+@pytest.mark.slow  # 27 s; the default suite checks the same invariance through test_train_batching's layouts
 def test_update_is_the_same_whatever_the_micro_batching(small_browser):
     """The loss is a mean over the step's model tokens: micro-batches of 1, 2 or 3 trajectories (of
     different lengths, sorted and padded differently) give the same update up to float error."""
