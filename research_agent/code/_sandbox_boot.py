@@ -233,7 +233,7 @@ def _libc_call(name, *args):
 
 def _drop_capabilities():
     """Leave root of the sandbox's user namespace without capabilities, now and after exec: else the
-    program could unmount the tmpfs that hides the home, or remount the filesystem read-write."""
+    program could unmount or remount its read-only binds read-write (and write to the host's /usr)."""
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last = int(f.read())
     for cap in range(last + 1):
