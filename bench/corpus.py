@@ -3,8 +3,10 @@
     python bench/corpus.py [--corpus DIR] [--build-docs 300] [--k 5]
 
 Prints
-1. build throughput (chunks/s) of ``build_corpus`` next to bare sentence-transformers ``encode`` on the
-   same chunk texts (a sample of the default corpus, built into a temporary directory);
+1. build throughput (chunks/s) of ``build_corpus`` next to bare sentence-transformers ``encode`` (float32,
+   what a user would write) on the same chunk texts (a sample of the default corpus, built into a
+   temporary directory), and how close the built vectors are to bare encode's (the build may embed in
+   bfloat16, see ``corpus/embed.py``);
 2. search latency p50/p95 and QPS of ``LocalBrowser.search`` in dense, bm25 and hybrid mode, next to
    bare ``faiss`` ``index.search`` on pre-computed query vectors, bare ``bm25s`` retrieval, and the
    query encode time;
@@ -17,6 +19,7 @@ The machine is shared and noisy: read the figures as ratios within one run.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -54,7 +57,7 @@ def capital_questions(browser) -> list[tuple[str, str, set[str]]]:
     return qs
 
 
-def bench_build(browser, n_docs: int, batch_size: int) -> None:
+def bench_build(browser, n_docs: int, batch_size: int, rounds: int = 1) -> None:
     docs = [d for d in browser.documents() if d.meta.get("source") == "wikipedia-vital"][:n_docs]
     docs += [d for d in browser.documents() if d.meta.get("source") == "factbook"][: max(1, n_docs // 30)]
     chunking = browser.manifest.get("chunking") or {}
@@ -66,19 +69,35 @@ def bench_build(browser, n_docs: int, batch_size: int) -> None:
     from corpus.embed import default_embedder_path
 
     bare = SentenceTransformer(default_embedder_path(), device="cpu")
-    with tempfile.TemporaryDirectory() as tmp:
+    import faiss
+
+    build_times, bare_times, cos = [], [], None
+    for _ in range(rounds):  # alternate, so a slow spell of the shared machine hits both sides of a round
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            m = build_corpus(out=Path(tmp) / "sample", documents=docs, progress=False, batch_size=batch_size)
+            build_times.append(time.perf_counter() - t0)
+            index = faiss.read_index(str(Path(tmp) / "sample" / "dense.faiss"))
+            built = index.reconstruct_n(0, index.ntotal) if m["index"]["dense"] == "flat" else None
         t0 = time.perf_counter()
-        m = build_corpus(out=Path(tmp) / "sample", documents=docs, progress=False, batch_size=batch_size)
-        build_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    bare.encode(texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False)
-    bare_s = time.perf_counter() - t0
+        ref = bare.encode(texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False)
+        bare_times.append(time.perf_counter() - t0)
+        if built is not None:
+            cos = (np.asarray(built) * ref).sum(axis=1)
     n = m["counts"]["chunks"]
     assert n == len(texts)
-    print(f"\nBuild throughput ({len(docs)} documents, {n} chunks of the default corpus)")
-    print(f"  build_corpus (read+chunk+embed+index+write) {n / build_s:8.1f} chunks/s   ({build_s:.1f} s)")
-    print(f"  bare SentenceTransformer.encode             {n / bare_s:8.1f} chunks/s   ({bare_s:.1f} s)")
-    print(f"  ratio build / bare encode                   {bare_s / build_s:8.2f}")
+    dtype = m["embedder"].get("dtype", "float32")
+    print(f"\nBuild throughput ({len(docs)} documents, {n} chunks of the default corpus, {rounds} alternating rounds)")
+    for i, (b, r) in enumerate(zip(build_times, bare_times, strict=True), 1):
+        print(f"  round {i}: build_corpus {n / b:6.1f} chunks/s ({dtype}), bare encode {n / r:6.1f} chunks/s "
+              f"(float32): {r / b:.2f}x")
+    build_s, bare_s = statistics.median(build_times), statistics.median(bare_times)
+    print(f"  build_corpus (read+chunk+embed+index+write) {n / build_s:8.1f} chunks/s   (median {build_s:.1f} s, {dtype})")
+    print(f"  bare SentenceTransformer.encode             {n / bare_s:8.1f} chunks/s   (median {bare_s:.1f} s, float32)")
+    print(f"  ratio build / bare encode                   "
+          f"{statistics.median(r / b for b, r in zip(build_times, bare_times, strict=True)):8.2f}  (median of rounds)")
+    if cos is not None:
+        print(f"  cosine of the built vectors to bare encode's: min {cos.min():.5f}, mean {cos.mean():.6f}")
     mb = browser.manifest.get("build") or {}
     if mb:
         print(
@@ -88,40 +107,41 @@ def bench_build(browser, n_docs: int, batch_size: int) -> None:
 
 
 def bench_search(browser, queries: list[str], k: int) -> None:
-    print(f"\nSearch latency ({len(queries)} queries, k={k}, one at a time)")
-    browser.search("warm up", k=k, mode="hybrid")
-    for mode in MODES:
-        times = []
-        for q in queries:
-            t0 = time.perf_counter()
-            browser.search(q, k=k, mode=mode)
-            times.append(time.perf_counter() - t0)
-        print(latency_row(f"LocalBrowser.search {mode}", times))
-    c = browser._c  # noqa: SLF001 - the bare references use the very same loaded indexes
-    emb = c.embedder
-    enc = []
-    for q in queries:
-        t0 = time.perf_counter()
-        emb.model.encode([q], normalize_embeddings=True, show_progress_bar=False)
-        enc.append(time.perf_counter() - t0)
-    qv = emb.encode(queries)
-    bare = []
-    for i in range(len(queries)):
-        t0 = time.perf_counter()
-        c.dense.search(qv[i : i + 1], k)
-        bare.append(time.perf_counter() - t0)
+    """Each query runs through every path in turn (the three modes, then the bare references), so a
+    slow spell of the shared machine lands on all of them alike."""
     import bm25s
 
-    tokens = [bm25s.tokenize([q], stopwords="en", return_ids=False, show_progress=False) for q in queries]
-    bm = []
-    for t in tokens:
+    print(f"\nSearch latency ({len(queries)} queries, k={k}, one at a time, the paths interleaved per query)")
+    for q in queries:  # every query length once through the encoder and both indexes, before any timing
+        browser.search(q, k=k, mode="hybrid")
+    c = browser._c  # noqa: SLF001 - the bare references use the very same loaded indexes
+    model = c.embedder.model
+    times: dict[str, list[float]] = {name: [] for name in (*MODES, "encode", "faiss", "bm25s")}
+    for i, q in enumerate(queries):
+        for mode in MODES[i % 3:] + MODES[: i % 3]:  # each mode goes first a third of the time
+            t0 = time.perf_counter()
+            browser.search(q, k=k, mode=mode)
+            times[mode].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        c.sparse.retriever.retrieve(t, k=k, show_progress=False, n_threads=1)
-        bm.append(time.perf_counter() - t0)
-    print(latency_row("bare encode (1 query)", enc))
-    print(latency_row(f"bare faiss index.search ({browser.manifest['index']['dense']})", bare))
-    print(latency_row("bare encode + faiss search", [a + b for a, b in zip(enc, bare, strict=True)]))
-    print(latency_row("bare bm25s retrieve (pre-tokenized)", bm))
+        qv = model.encode([q], normalize_embeddings=True, show_progress_bar=False)
+        times["encode"].append(time.perf_counter() - t0)
+        qv = np.ascontiguousarray(qv, dtype=np.float32)
+        t0 = time.perf_counter()
+        c.dense.search(qv, k)
+        times["faiss"].append(time.perf_counter() - t0)
+        tokens = bm25s.tokenize([q], stopwords="en", return_ids=False, show_progress=False)
+        t0 = time.perf_counter()
+        c.sparse.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        times["bm25s"].append(time.perf_counter() - t0)
+    for mode in MODES:
+        print(latency_row(f"LocalBrowser.search {mode}", times[mode]))
+    bare = [a + b for a, b in zip(times["encode"], times["faiss"], strict=True)]
+    print(latency_row("bare encode (1 query)", times["encode"]))
+    print(latency_row(f"bare faiss index.search ({browser.manifest['index']['dense']})", times["faiss"]))
+    print(latency_row("bare encode + faiss search", bare))
+    print(latency_row("bare bm25s retrieve (pre-tokenized)", times["bm25s"]))
+    print(f"  dense / (bare encode + faiss) p50: {pct(times['dense'], 50) / pct(bare, 50):.2f}x   "
+          f"bm25 / bare bm25s p50: {pct(times['bm25'], 50) / pct(times['bm25s'], 50):.2f}x")
 
 
 def bench_quality(browser, questions: list[tuple[str, str, set[str]]]) -> None:
@@ -150,6 +170,8 @@ def main() -> int:
     ap.add_argument("--build-docs", type=int, default=300, help="documents in the build-throughput sample")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--build-rounds", type=int, default=3, help="alternating build / bare-encode rounds")
+    ap.add_argument("--parts", default="build,search,quality", help="which parts to run, comma separated")
     a = ap.parse_args()
     t0 = time.perf_counter()
     browser = open_corpus(a.corpus)
@@ -160,9 +182,13 @@ def main() -> int:
         f"{m['index']['dense']} index, {m['embedder']['name']}; opened in {load_s:.2f} s"
     )
     questions = capital_questions(browser)
-    bench_build(browser, a.build_docs, a.batch_size)
-    bench_search(browser, [q for q, _, _ in questions], a.k)
-    bench_quality(browser, questions)
+    parts = {p.strip() for p in a.parts.split(",")}
+    if "build" in parts:
+        bench_build(browser, a.build_docs, a.batch_size, a.build_rounds)
+    if "search" in parts:
+        bench_search(browser, [q for q, _, _ in questions], a.k)
+    if "quality" in parts:
+        bench_quality(browser, questions)
     return 0
 
 

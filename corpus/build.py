@@ -291,7 +291,7 @@ def build_corpus(
         "created": now_iso(),
         "updated": now_iso(),
         "embedder": {"name": emb.name if emb else embedder_name(embedder), "dim": emb.dim if emb else None,
-                     "normalized": True},
+                     "normalized": True, **({"dtype": emb.dtype} if emb else {})},
         "index": {
             "dense": index_type,
             **({} if dense else {"dense_status": DENSE_BUILDING}),

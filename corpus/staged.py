@@ -96,7 +96,7 @@ def build_dense(out: str | Path, *, batch_size: int = 64, progress: bool = True)
         elapsed = time.perf_counter() - t0
         manifest = dict(manifest)
         manifest["updated"] = now_iso()
-        manifest["embedder"] = {**manifest["embedder"], "dim": emb.dim}
+        manifest["embedder"] = {**manifest["embedder"], "dim": emb.dim, "dtype": emb.dtype}
         manifest["index"] = {k: v for k, v in manifest["index"].items() if k != "dense_status"}
         build = dict(manifest.get("build") or {})
         seconds = float(build.get("sparse_seconds") or 0) + elapsed

