@@ -16,8 +16,11 @@ layers' ``forward`` for the duration of a ``with`` block (``DecodeLayers``: no g
   37 / 119 → 19 / 52 ms; its MLP matrices (4,864 × 896) 1.2 / 3.2 → 0.6 / 1.6 ms; smollm2's MLP
   gate/up (1,536 × 576) 310 / 528 → 197 / 387 µs (MKL's matrix-vector path runs on one thread here:
   1 and 2 threads take the same time).  Small matrices gain nothing or lose (576 × 576: 109 vs
-  115 µs; 192 × 576: 40 vs 67 µs), so only weights of ≥ 512k elements switch.
-  ``RESEARCH_AGENT_ONEDNN=0`` turns this off.
+  115 µs; 192 × 576: 40 vs 67 µs), so only weights of ≥ 512k elements switch.  On an Intel CPU MKL
+  takes its own fast path and the swap loses: on a 2-core Xeon (AVX-512, AMX) one row of
+  smollm2-135m decoded at 61.7 / 61.3 ms per token through oneDNN against 43.7 / 52.5 through MKL
+  (alternating runs), so by default the swap is made only on CPUs not made by Intel.
+  ``RESEARCH_AGENT_ONEDNN=1`` forces it, ``=0`` turns it off.
 
 Whole decode (``cached_generate``, 24 sampled tokens after a short prompt, medians of 3–5
 interleaved runs, ms per token at 1 / 8 rows): smollm2-135m + LoRA 81 / 157 → 67 / 126 with the
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 
 ONEDNN_MIN_ELEMENTS = 1 << 19
 
@@ -58,10 +61,31 @@ def _vanilla_lora_layers(model) -> list:
     return out
 
 
+@lru_cache(maxsize=1)
+def cpu_vendor() -> str:
+    """``vendor_id`` of ``/proc/cpuinfo`` (e.g. GenuineIntel, AuthenticAMD); empty where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def onednn_wanted() -> bool:
+    """``RESEARCH_AGENT_ONEDNN`` if set (1 or 0), else: on every CPU but Intel's (where MKL is fast)."""
+    flag = os.environ.get("RESEARCH_AGENT_ONEDNN", "").strip()
+    if flag in ("0", "1"):
+        return flag == "1"
+    return cpu_vendor() != "GenuineIntel"
+
+
 def _onednn_ok(weight) -> bool:
     import torch
 
-    return (os.environ.get("RESEARCH_AGENT_ONEDNN", "1") != "0" and weight.dtype == torch.float32
+    return (onednn_wanted() and weight.dtype == torch.float32
             and weight.device.type == "cpu" and weight.numel() >= ONEDNN_MIN_ELEMENTS
             and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 

@@ -1,11 +1,11 @@
 """Decoding through merged LoRA weights and oneDNN kernels: the policy's tokens stay, its weights untouched."""
 
-import os
 from contextlib import contextmanager
 
 import pytest
 import torch
 
+from research_agent import fast_linear
 from research_agent.fast_linear import DecodeLayers
 from research_agent.policy import LocalPolicy
 from research_agent.prefix_cache import sample
@@ -43,8 +43,9 @@ def _generate(model, tok, merged: bool, steps: int = 24):
     return pol.generate(prompts, max_new_tokens=steps)
 
 
-def test_merged_decode_matches_the_adapter_and_leaves_weights_alone(lora_model):
+def test_merged_decode_matches_the_adapter_and_leaves_weights_alone(lora_model, monkeypatch):
     model, tok = lora_model
+    monkeypatch.setenv("RESEARCH_AGENT_ONEDNN", "1")  # the oneDNN kernels too, whatever this CPU's default
     versions = [p._version for p in model.parameters()]
     before = {n: p.detach().clone() for n, p in model.named_parameters() if "q_proj.base_layer" in n}
     plain = _generate(model, tok, merged=False)
@@ -63,10 +64,27 @@ def test_merged_decode_matches_the_adapter_and_leaves_weights_alone(lora_model):
     assert _replaced(model) == 0
 
 
-def test_layers_are_replaced_only_inside_the_block_and_only_for_decoding(lora_model):
+def test_onednn_is_the_default_only_off_intel(monkeypatch):
+    monkeypatch.delenv("RESEARCH_AGENT_ONEDNN", raising=False)
+    monkeypatch.setattr(fast_linear, "cpu_vendor", lambda: "GenuineIntel")
+    assert not fast_linear.onednn_wanted()
+    monkeypatch.setattr(fast_linear, "cpu_vendor", lambda: "AuthenticAMD")
+    assert fast_linear.onednn_wanted()
+    monkeypatch.setenv("RESEARCH_AGENT_ONEDNN", "0")
+    assert not fast_linear.onednn_wanted()
+    monkeypatch.setenv("RESEARCH_AGENT_ONEDNN", "1")
+    monkeypatch.setattr(fast_linear, "cpu_vendor", lambda: "GenuineIntel")
+    assert fast_linear.onednn_wanted()
+    vendor = open("/proc/cpuinfo").read().split("vendor_id", 1)[1].split(":", 1)[1].split("\n", 1)[0].strip()
+    monkeypatch.undo()
+    assert fast_linear.cpu_vendor() == vendor
+
+
+def test_layers_are_replaced_only_inside_the_block_and_only_for_decoding(lora_model, monkeypatch):
     model, _ = lora_model
     merged = DecodeLayers()
     layers = model.config.num_hidden_layers
+    monkeypatch.setenv("RESEARCH_AGENT_ONEDNN", "1")  # forced: this machine's CPU decides the default
     with torch.no_grad(), merged.applied(model):  # q_proj, v_proj merged; the MLPs and the LM head on oneDNN
         assert _replaced(model) == 2 * layers + 3 * layers + 1
         assert model.get_output_embeddings().forward.func.__name__ == "_onednn_linear"
@@ -75,12 +93,9 @@ def test_layers_are_replaced_only_inside_the_block_and_only_for_decoding(lora_mo
         attn = model.get_base_model().model.layers[0].self_attn
         assert "forward" not in attn.k_proj.__dict__  # 192 x 576: faster on MKL
     assert _replaced(model) == 0
-    os.environ["RESEARCH_AGENT_ONEDNN"] = "0"
-    try:
-        with torch.no_grad(), merged.applied(model):
-            assert _replaced(model) == 2 * model.config.num_hidden_layers
-    finally:
-        del os.environ["RESEARCH_AGENT_ONEDNN"]
+    monkeypatch.setenv("RESEARCH_AGENT_ONEDNN", "0")
+    with torch.no_grad(), merged.applied(model):
+        assert _replaced(model) == 2 * model.config.num_hidden_layers
     assert _replaced(model) == 0
     with merged.applied(model):  # gradients on: training needs the real layers
         assert _replaced(model) == 0
