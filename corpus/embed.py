@@ -7,8 +7,8 @@ can be passed instead.  Vectors come back float32 and L2-normalised, so inner pr
 Batches are encoded under bfloat16 autocast where the CPU does bfloat16 arithmetic natively
 (``avx512_bf16`` or AMX): on the development machine's Xeon (AMX) that embeds the default corpus's
 chunks 2.1× as fast as float32 (31.5 → 67.3 chunks/s, 400 chunks, 2 threads), and the vectors
-agree with float32's to a cosine of ≥ 0.99997 on every one of them.  Where bfloat16 is emulated
-(AVX2 machines) it would be slower, so float32 stays.  Single queries stay float32 everywhere:
+agree with float32's to a cosine of ≥ 0.99997 on every one of them.  Elsewhere (AVX2-only CPUs,
+where bfloat16 would be emulated; GPUs) float32 stays.  Single queries stay float32 everywhere:
 autocast's overhead costs more than it saves on one short text (13 vs 19 ms per query).
 ``RESEARCH_AGENT_EMBED_DTYPE`` (``auto``, ``float32``, ``bfloat16``) overrides the choice.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,7 @@ def embed_device() -> str:
     return os.environ.get("RESEARCH_AGENT_EMBED_DEVICE", "").strip() or "cpu"
 
 
+@lru_cache(maxsize=1)
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU does bfloat16 arithmetic in hardware (AVX-512 BF16 or AMX), per ``/proc/cpuinfo``."""
     try:
