@@ -58,7 +58,7 @@ def _add_bench_args(p: argparse.ArgumentParser) -> None:
     from research_agent.agent import AgentConfig
 
     add_config_flags(p, AgentConfig)
-    add_device_flags(p)
+    add_device_flags(p, quantize=True)
     p.add_argument(
         "--concurrency", type=int, default=8, help="trajectories in flight at once (batched policy)"
     )
@@ -119,6 +119,8 @@ def _run_info(args: argparse.Namespace) -> dict[str, Any]:
         "bench_file": args.bench_file,
         "retriever": args.retriever,
         "corpus_path": args.corpus,
+        # only when set: runs made before the flag existed resume under the same identity
+        **({"quantize": args.quantize} if getattr(args, "quantize", "none") != "none" else {}),
     }
 
 
@@ -168,7 +170,7 @@ def cmd_qa(args: argparse.Namespace) -> int:
         use_device(args.device, args.dtype)
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, device=args.device,
-                         dtype=args.dtype)
+                         dtype=args.dtype, quantize=args.quantize)
     info = {**_run_info(args), "model": args.model, "adapter": args.adapter, "endpoint": args.endpoint}
     memory = open_memory(args, items)
     if memory is not None:
@@ -244,7 +246,8 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
         metric=args.metric,
         run_info=_run_info(args),
         progress=not args.quiet,
-        load_policy=functools.partial(load_policy, device=args.device, dtype=args.dtype),
+        load_policy=functools.partial(load_policy, device=args.device, dtype=args.dtype,
+                                      quantize=getattr(args, "quantize", "none")),
     )
     for row in report["checkpoints"]:
         print(

@@ -556,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid (docs search)")
     add_config_flags(p, CodeAgentConfig)
-    add_device_flags(p)
+    add_device_flags(p, quantize=True)
     p.add_argument("--allow-unsafe-sandbox", action="store_true",
                    help="run model-written code even where the sandbox cannot contain it (docs/security.md); "
                         "without it, an uncontained level is refused before anything runs")
@@ -638,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         from research_agent.policy import load_policy
 
         policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, progress=not args.quiet,
-                             device=args.device, dtype=args.dtype)
+                             device=args.device, dtype=args.dtype, quantize=args.quantize)
         info = {
             "tasks": args.tasks,
             "limit": args.limit,
@@ -648,6 +648,7 @@ def main(argv: list[str] | None = None) -> int:
             "adapter": args.adapter,
             "endpoint": args.endpoint,
             "docs": str(getattr(docs, "path", "")) if docs else None,
+            **({"quantize": args.quantize} if args.quantize != "none" else {}),
         }
         stop = threading.Event()
         with drain_on_signals(stop):

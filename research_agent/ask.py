@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(p, AgentConfig, flags=ASK_FLAGS, defaults=ASK_DEFAULTS)
     from .devices import add_device_flags
 
-    add_device_flags(p)
+    add_device_flags(p, quantize=True)
     p.add_argument("--record", default=None, help="live backend: record every response to this directory")
     p.add_argument("--replay", default=None, help="live backend: serve responses from a recording, offline")
     p.add_argument("--json", action="store_true", help="print the whole trajectory as JSON")
@@ -161,7 +161,8 @@ def prepare(args, model: str, stages: dict[str, str]):
         seconds = fetch.wait()
         stages[f"model {model}: fetch + convert"] = (
             f"{seconds:.1f} s" + (" (alongside the corpus build)" if first_corpus else ""))
-    policy = load_policy(model, adapter=args.adapter, endpoint=args.endpoint, device=args.device, dtype=args.dtype)
+    policy = load_policy(model, adapter=args.adapter, endpoint=args.endpoint, device=args.device, dtype=args.dtype,
+                         quantize=args.quantize)
     return browser, policy
 
 

@@ -33,16 +33,39 @@ Not used in training: the same swap for the frozen LM head in the RL update (for
 the input's gradient through ``mm``) gave the same gradients and no measurable gain there (2.82 vs
 2.86 s per update, medians of 6), where the head is a small part of a many-token pass.
 
-Results equal the plain layers up to float rounding (a different summation order).
+Results equal the plain layers up to float rounding (a different summation order), except with
+``quantize="int8"`` (``DecodeLayers``; ``--quantize int8`` of the inference commands): int8 copies of
+the large matrices, SmoothQuant-smoothed and calibrated on ``CALIBRATION_TEXT``, a quarter of the
+bytes per token; on a 2-core Xeon one row of qwen2.5-coder-0.5b decoded 1.67x faster (smollm2-135m:
+from no gain to 0.64x of the float32 time, by run), with SQuAD-open accuracy unchanged
+(docs/benchmarks.md#int8-decode).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import contextmanager
 from functools import lru_cache, partial
 
 ONEDNN_MIN_ELEMENTS = 1 << 19
+INT8_MAX_ROWS = 16  # inputs of more rows (prompt prefills) keep the float32 weights: compute-bound there
+INT8_MIN_ELEMENTS = 1 << 16
+INT8_MAX_ERROR = 0.03  # a matrix whose int8 output on the calibration text is further off keeps float32
+SMOOTHING = (0.5, 0.75)  # SmoothQuant's migration strengths tried per matrix; the closer one is kept
+# What the int8 scales are calibrated on: the agent's own format and some prose, so the activation
+# outliers of every channel (large, and the same channels whatever the text) are seen once.
+CALIBRATION_TEXT = """You are a research assistant that answers questions using a document collection.
+Question: What is the capital of the country that borders both Peru and Brazil to the north?
+<search>countries bordering Peru and Brazil</search>
+<result>[1] Colombia - Geography: Colombia is bordered to the south by Ecuador and Peru, to the southeast
+by Brazil, and to the east by Venezuela. Its capital and largest city is Bogota, at 2,640 m.</result>
+<answer>Bogota [1]</answer>
+The quick brown fox jumps over the lazy dog. In 1969 two astronauts walked on the Moon while a third
+orbited above; the mission returned 21.5 kg of samples. def add(a, b):\n    return a + b
+Population: 52,085,168 (2023 est.); area: 1,138,910 sq km; GDP growth 1.6 %. import pandas as pd
+df = pd.DataFrame({"x": [1, 2, 3]}); print(df["x"].sum())"""
+QUANTIZE = ("none", "int8")
 
 
 def _vanilla_lora_layers(model) -> list:
@@ -61,17 +84,102 @@ def _vanilla_lora_layers(model) -> list:
     return out
 
 
-@lru_cache(maxsize=1)
-def cpu_vendor() -> str:
-    """``vendor_id`` of ``/proc/cpuinfo`` (e.g. GenuineIntel, AuthenticAMD); empty where unknown."""
+def _cpuinfo(field: str) -> str:
+    """The first ``field`` line of ``/proc/cpuinfo``; empty where unknown."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("vendor_id"):
+                if line.startswith(field):
                     return line.partition(":")[2].strip()
     except OSError:
         pass
     return ""
+
+
+@lru_cache(maxsize=1)
+def cpu_vendor() -> str:
+    """``vendor_id`` of ``/proc/cpuinfo`` (e.g. GenuineIntel, AuthenticAMD); empty where unknown."""
+    return _cpuinfo("vendor_id")
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset:
+    """The ``flags`` of ``/proc/cpuinfo``'s first processor; empty where unknown."""
+    return frozenset(_cpuinfo("flags").split())
+
+
+def check_quantize(spec: str) -> str:
+    spec = str(spec).strip().lower()
+    if spec not in QUANTIZE:
+        raise ValueError(f"--quantize {spec!r}: use one of {', '.join(QUANTIZE)}")
+    return spec
+
+
+def int8_available() -> bool:
+    """Whether this torch build has the x86 dynamic int8 linear kernel (fbgemm / oneDNN)."""
+    import torch
+
+    engines = set(torch.backends.quantized.supported_engines)
+    return bool(engines & {"x86", "fbgemm"}) and hasattr(torch.ops.quantized, "linear_dynamic")
+
+
+def _reduce_range() -> bool:
+    # without VNNI, fbgemm sums u8 x s8 pairs into int16 with saturation: 7-bit activations avoid it
+    return not (cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def pack_int8(weight, bias=None):
+    """``weight`` [out, in] as symmetric per-output-channel int8, packed for ``linear_dynamic``."""
+    import torch
+
+    w = weight.detach().float()
+    scale = (w.abs().amax(dim=1).clamp(min=1e-12) / 127).double()
+    zero = torch.zeros(w.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # quantized tensors are deprecated in favour of torchao, not removed
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
+
+
+def smooth_int8(weight, bias, x, out, reduce_range: bool):
+    """The int8 form of one matrix, calibrated on its input ``x`` and float32 output ``out``.
+
+    A few input channels of a transformer carry activations tens of times the rest, and the kernel
+    quantizes each input row to 8 bits with one scale, so those channels would crush the others.
+    SmoothQuant's fix: divide channel j of the input by s_j = max|x_j|^a / max|W_j|^(1-a) and
+    multiply column j of the weight by it (the product is unchanged).  Returns (packed weight,
+    1 / s, relative error of the int8 output on ``x``) for the better of ``SMOOTHING``."""
+    import torch
+
+    x = x.reshape(-1, x.shape[-1]).float()
+    ref = out.reshape(-1, out.shape[-1]).float()
+    w = weight.detach().float()
+    amax = x.abs().amax(dim=0).clamp(min=1e-5)
+    wmax = w.abs().amax(dim=0).clamp(min=1e-5)
+    best = None
+    for a in SMOOTHING:
+        s = (amax ** a / wmax ** (1 - a)).clamp(min=1e-4, max=1e4)
+        packed = pack_int8(w * s, bias)
+        inv = (1 / s).contiguous()
+        got = torch.ops.quantized.linear_dynamic(x * inv, packed, reduce_range)
+        err = ((got - ref).norm() / ref.norm().clamp(min=1e-12)).item()
+        if best is None or err < best[2]:
+            best = (packed, inv, err)
+    return best
+
+
+def _int8_ok(weight) -> bool:
+    import torch
+
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.numel() >= INT8_MIN_ELEMENTS
+
+
+def _int8_linear(packed, inv_scale, exact, reduce_range, x, *args, **kwargs):
+    import torch
+
+    if x.numel() > INT8_MAX_ROWS * x.shape[-1] or x.dtype != torch.float32:
+        return exact(x)
+    return torch.ops.quantized.linear_dynamic(x * inv_scale, packed, reduce_range)
 
 
 def onednn_wanted() -> bool:
@@ -107,12 +215,32 @@ def _kernel(weight):
 
 
 class DecodeLayers:
-    """Holds merged LoRA weights between decodes; ``with layers.applied(model):`` decodes through them."""
+    """Holds merged LoRA weights between decodes; ``with layers.applied(model):`` decodes through them.
 
-    def __init__(self, max_bytes: int = 1 << 30):
+    ``quantize="int8"`` also decodes the large CPU matrices (the merged ones included) through int8
+    copies of their weights: a quarter of the bytes per token, the float32 activations quantized per
+    call after SmoothQuant's per-channel smoothing (``smooth_int8``).  The scales are calibrated by
+    one forward pass over ``calibration`` (token ids; ``CALIBRATION_TEXT`` through the policy's
+    tokenizer), again whenever the weights change, and a matrix whose int8 output there is off by
+    more than ``INT8_MAX_ERROR`` keeps float32 (``int8_errors`` has each one's figure).  Inputs of
+    more than ``INT8_MAX_ROWS`` rows (prompt prefills) keep the float32 weights.  The arithmetic
+    changes, so this is for asking, serving and evaluating, never for the RL rollouts whose log-probs
+    the update compares with its own float32 forward."""
+
+    def __init__(self, max_bytes: int = 1 << 30, quantize: str = "none", calibration: list[int] | None = None):
         self.max_bytes = max_bytes  # the merged copies of adapted weights; above this, LoRA runs unmerged
+        self.quantize = check_quantize(quantize)
+        if self.quantize == "int8":
+            if not int8_available():
+                raise ValueError("--quantize int8: this torch build has no x86 int8 linear kernel "
+                                 f"(quantized engines: {', '.join(_engines()) or 'none'})")
+            if not calibration:
+                raise ValueError("int8 decoding needs calibration token ids (CALIBRATION_TEXT, tokenized)")
+        self.calibration = list(calibration or [])
+        self.int8_errors: dict[str, float] = {}  # module name -> relative error on the calibration text
         self._key = None
         self._weights: list = []
+        self._packed: dict = {}
 
     @contextmanager
     def applied(self, model):
@@ -126,7 +254,8 @@ class DecodeLayers:
         if size > self.max_bytes:
             lora = []
         key = (tuple(p._version for p in model.parameters()), tuple((id(m), active) for m, active in lora))
-        if key != self._key:
+        stale = key != self._key
+        if stale:
             self._weights = []
             for m, active in lora:
                 w = m.base_layer.weight.detach().clone()
@@ -134,14 +263,61 @@ class DecodeLayers:
                     w += m.get_delta_weight(a).to(w.dtype)
                 self._weights.append(w)
             self._key = key
-        swaps = [(m, partial(_kernel(w), w, m.base_layer.bias)) for (m, _), w in zip(lora, self._weights, strict=True)]
+        swaps = [(m, w, m.base_layer.bias, partial(_kernel(w), w, m.base_layer.bias))
+                 for (m, _), w in zip(lora, self._weights, strict=True)]
         inside = {id(m.base_layer) for m, _ in lora}
-        swaps += [(m, partial(_onednn_linear, m.weight, m.bias)) for m in model.modules()
-                  if isinstance(m, torch.nn.Linear) and id(m) not in inside and _onednn_ok(m.weight)]
+        plain = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and id(m) not in inside]
+        if self.quantize == "int8":
+            swaps += [(m, m.weight, m.bias, partial(_kernel(m.weight), m.weight, m.bias)) for m in plain
+                      if _int8_ok(m.weight)]
+            reduce = _reduce_range()
+            if stale:
+                self._calibrate(model, [(m, w, b) for m, w, b, _ in swaps if _int8_ok(w)], reduce)
+            quantized = []
+            for m, w, b, exact in swaps:
+                int8 = self._packed.get(id(m))
+                if int8 is None:  # too small, not a CPU float32 weight, or too far off in int8
+                    quantized.append((m, w, b, exact))
+                else:
+                    quantized.append((m, w, b, partial(_int8_linear, int8[0], int8[1], exact, reduce)))
+            swaps = quantized
+        else:
+            swaps += [(m, m.weight, m.bias, partial(_onednn_linear, m.weight, m.bias)) for m in plain
+                      if _onednn_ok(m.weight)]
         try:
-            for m, fn in swaps:
+            for m, _, _, fn in swaps:
                 m.forward = fn
             yield
         finally:
-            for m, _ in swaps:
+            for m, _, _, _ in swaps:
                 m.__dict__.pop("forward", None)
+
+    def _calibrate(self, model, targets: list, reduce_range: bool) -> None:
+        """One forward over the calibration ids through the real layers; each target's hook turns its
+        own input and output into its int8 form (or none) and lets go of them."""
+        import torch
+
+        names = {id(m): n for n, m in model.named_modules()}
+        self._packed, self.int8_errors = {}, {}
+
+        def hook(weight, bias):
+            def record(module, args, out):
+                packed, inv, err = smooth_int8(weight, bias, args[0], out, reduce_range)
+                self.int8_errors[names.get(id(module), "?")] = err
+                if err <= INT8_MAX_ERROR:
+                    self._packed[id(module)] = (packed, inv)
+            return record
+
+        handles = [m.register_forward_hook(hook(w, b)) for m, w, b in targets]
+        try:
+            device = next(model.parameters()).device
+            model(input_ids=torch.tensor([self.calibration], dtype=torch.long, device=device), use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+
+
+def _engines() -> list:
+    import torch
+
+    return list(torch.backends.quantized.supported_engines)

@@ -128,7 +128,7 @@ class LocalPolicy:
     """
 
     def __init__(self, model, tokenizer, name: str = "local", *, prefix_cache: bool = True,
-                 cache_bytes: int = 1 << 30):
+                 cache_bytes: int = 1 << 30, quantize: str = "none"):
         from .prefix_cache import PrefixCache
 
         self.model = model
@@ -143,7 +143,13 @@ class LocalPolicy:
         elif gen_eos:
             self.eos_ids.update(gen_eos)
         self._lock = threading.Lock()
-        self._decode = DecodeLayers()
+        calibration = None
+        if str(quantize).strip().lower() == "int8":
+            from .fast_linear import CALIBRATION_TEXT
+
+            calibration = tokenizer.encode(CALIBRATION_TEXT)
+        self._decode = DecodeLayers(quantize=quantize, calibration=calibration)
+        self.quantize = self._decode.quantize
 
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
                  stop_loops=False) -> list[Generation]:
@@ -524,11 +530,13 @@ class BatchingPolicy:
 
 
 def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, endpoint: str | None = None,
-                *, progress: bool = True, cache_mb: int = 1024, device: str = "auto", dtype: str = "auto") -> Policy:
+                *, progress: bool = True, cache_mb: int = 1024, device: str = "auto", dtype: str = "auto",
+                quantize: str = "none") -> Policy:
     """The policy for a model name/path (local, on ``device`` in ``dtype``) or an OpenAI-compatible
     endpoint URL (which runs wherever its server does).
 
-    ``cache_mb`` bounds a local policy's prefix KV cache (0 turns it off: plain ``generate``)."""
+    ``cache_mb`` bounds a local policy's prefix KV cache (0 turns it off: plain ``generate``);
+    ``quantize="int8"`` decodes through int8 weights (``fast_linear.DecodeLayers``; CPU only)."""
     from .models import load_model, resolve_model_dir
 
     if endpoint:
@@ -545,4 +553,4 @@ def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, e
     if cache_mb < 0:
         raise ValueError(f"cache_mb must be >= 0 (0 disables the prefix cache), not {cache_mb}")
     return LocalPolicy(net, tok, name=model if not adapter else f"{model}+{adapter}", prefix_cache=cache_mb > 0,
-                       cache_bytes=cache_mb << 20)
+                       cache_bytes=cache_mb << 20, quantize=quantize)

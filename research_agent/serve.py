@@ -283,7 +283,8 @@ class Adapters:
             except (AdapterError, OSError, ValueError) as e:
                 raise BadRequest(f"cannot load the adapter {name!r} from {path}: {e}") from None
             model.eval()
-            local = LocalPolicy(model, inner.tokenizer, name=name, cache_bytes=self.cache_bytes)
+            local = LocalPolicy(model, inner.tokenizer, name=name, cache_bytes=self.cache_bytes,
+                                quantize=getattr(inner, "quantize", "none"))
             self._loaded[name] = BatchingPolicy(local)
             self.unloaded.discard(name)
 
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     from .devices import add_device_flags
 
-    add_device_flags(p)
+    add_device_flags(p, quantize=True)
     p.add_argument("--prefix-cache-mb", type=int, default=1024,
                    help="memory for the prefix KV cache shared by requests (0: off, plain generate)")
     for f in fields(Limits):
@@ -463,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceError as e:
         p.error(str(e))
     policy = load_policy(args.model, adapter=args.adapter, cache_mb=args.prefix_cache_mb, device=args.device,
-                         dtype=args.dtype)
+                         dtype=args.dtype, quantize=args.quantize)
     server = make_server(policy, args.model, args.host, args.port, limits)
     host, port = server.server_address[:2]
     print(f"serving {args.model} at http://{host}:{port}/v1 (context {model_context(policy, limits.max_context)} "

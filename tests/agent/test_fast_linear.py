@@ -1,6 +1,7 @@
 """Decoding through merged LoRA weights and oneDNN kernels: the policy's tokens stay, its weights untouched."""
 
 from contextlib import contextmanager
+from functools import partial
 
 import pytest
 import torch
@@ -142,3 +143,138 @@ def test_sample_draws_from_the_distribution_and_never_a_zero_entry():
     assert freq.tolist() == pytest.approx([0.1, 0.0, 0.6, 0.3, 0.0], abs=0.01)
     # unnormalised rows (softmax output in float32 can sum to 1 ± 1e-7) are handled by the row's total
     assert sample(torch.tensor([[0.0, 2.0]])).item() == 1
+
+
+def test_int8_linear_is_close_at_decode_sizes_and_exact_for_prefills():
+    import torch.nn.functional as F
+
+    if not fast_linear.int8_available():
+        pytest.skip("this torch build has no x86 int8 linear kernel")
+    gen = torch.Generator().manual_seed(0)
+    w, b = torch.randn(1536, 576, generator=gen) * 0.05, torch.randn(1536, generator=gen)
+    calib = torch.randn(64, 576, generator=gen)
+    calib[:, 7] *= 40  # an outlier channel, as transformers have
+    packed, inv, err = fast_linear.smooth_int8(w, b, calib, F.linear(calib, w, b), False)
+    assert err < 0.02
+    # without the smoothing the outlier channel takes the 8 bits from the others
+    plain = torch.ops.quantized.linear_dynamic(calib, fast_linear.pack_int8(w, b), False)
+    ref_c = F.linear(calib, w, b)
+    assert ((plain - ref_c).norm() / ref_c.norm()).item() > 2 * err
+    fn = partial(fast_linear._int8_linear, packed, inv, lambda x: F.linear(x, w, b), False)
+    x = torch.randn(3, 576, generator=gen)
+    x[:, 7] *= 40
+    ref = F.linear(x, w, b)
+    got = fn(x)
+    assert got.shape == ref.shape and not torch.equal(got, ref)  # int8 arithmetic, not the float path
+    assert ((got - ref).norm() / ref.norm()).item() < 0.03
+    assert fn(x[None]).shape == (1, 3, 1536)  # a [batch, 1, hidden] decode step keeps its shape
+    many = torch.randn(fast_linear.INT8_MAX_ROWS + 1, 576, generator=gen)
+    assert torch.equal(fn(many), F.linear(many, w, b))  # a prefill keeps the float32 weights
+
+
+def _int8_policy_layers(model, tok):
+    return DecodeLayers(quantize="int8", calibration=tok.encode(fast_linear.CALIBRATION_TEXT))
+
+
+def test_int8_decode_keeps_the_next_token_and_follows_an_update(lora_model):
+    if not fast_linear.int8_available():
+        pytest.skip("this torch build has no x86 int8 linear kernel")
+    model, tok = lora_model
+    ids = torch.tensor([tok.encode("The capital of France is")])
+    int8 = _int8_policy_layers(model, tok)
+    versions = [p._version for p in model.parameters()]
+
+    def logits(layers):
+        with torch.no_grad(), layers.applied(model):
+            names = [m.forward.func.__name__ for m in model.modules() if "forward" in m.__dict__]
+            return model(input_ids=ids).logits[0, -1], names
+
+    ref, _ = logits(DecodeLayers())
+    got, names = logits(int8)
+    errors = int8.int8_errors
+    layers = model.config.num_hidden_layers
+    assert len(errors) == 7 * layers + 1  # every matrix of every layer and the LM head was calibrated
+    kept = sum(e > fast_linear.INT8_MAX_ERROR for e in errors.values())
+    assert names.count("_int8_linear") == len(errors) - kept >= 6 * layers  # the rest stay float32
+    assert got.argmax() == ref.argmax()
+    assert torch.nn.functional.cosine_similarity(got, ref, dim=0) > 0.99
+    assert [p._version for p in model.parameters()] == versions and _replaced(model) == 0
+    saved = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+    try:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.mul_(-3.0)
+        ref_after, _ = logits(DecodeLayers())
+        got_after, _ = logits(int8)  # re-calibrated on the updated merged weights, not the old copies
+    finally:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in saved:
+                    p.copy_(saved[n])
+    cos = torch.nn.functional.cosine_similarity
+    assert cos(got_after, ref_after, dim=0) > 0.95  # a random adapter tripled: far from any trained model
+    assert cos(got_after, got, dim=0) < cos(got_after, ref_after, dim=0)
+
+
+def test_int8_policy_generates_through_the_quantized_layers(lora_model):
+    if not fast_linear.int8_available():
+        pytest.skip("this torch build has no x86 int8 linear kernel")
+    model, tok = lora_model
+    pol = LocalPolicy(model, tok, quantize="int8")
+    assert pol.quantize == "int8" and pol._decode.calibration == tok.encode(fast_linear.CALIBRATION_TEXT)
+    calls = []
+    real = fast_linear._int8_linear
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    fast_linear._int8_linear = counted
+    try:
+        out = pol.generate([tok.encode("The capital of France is")], max_new_tokens=6)
+    finally:
+        fast_linear._int8_linear = real
+    assert len(out[0].token_ids) == 6 and calls
+    assert _replaced(model) == 0
+
+
+def test_quantize_setting_is_checked_and_the_kernel_matches_the_cpu(monkeypatch):
+    with pytest.raises(ValueError, match="int4.*none, int8"):
+        DecodeLayers(quantize="int4")
+    if fast_linear.int8_available():
+        assert DecodeLayers(quantize=" INT8 ", calibration=[1, 2]).quantize == "int8"
+        with pytest.raises(ValueError, match="calibration"):
+            DecodeLayers(quantize="int8")
+    monkeypatch.setattr(fast_linear, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert fast_linear._reduce_range()  # no VNNI: 7-bit activations, no int16 saturation
+    monkeypatch.setattr(fast_linear, "cpu_flags", lambda: frozenset({"avx2", "avx512_vnni"}))
+    assert not fast_linear._reduce_range()
+    monkeypatch.undo()
+    assert "fpu" in fast_linear.cpu_flags()  # read from this machine's /proc/cpuinfo
+
+
+def test_quantize_flag_gives_a_clear_error():
+    import argparse
+
+    from research_agent.devices import add_device_flags
+
+    p = argparse.ArgumentParser(prog="ask")
+    add_device_flags(p, quantize=True)
+    assert p.parse_args([]).quantize == "none"
+    assert p.parse_args(["--quantize", "int8"]).quantize == "int8"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--quantize", "fp8"])
+    train = argparse.ArgumentParser()
+    add_device_flags(train)  # the trainer has no such flag: its rollouts decode with the trained weights
+    assert not hasattr(train.parse_args([]), "quantize")
+
+
+def test_an_int8_evaluation_is_labelled_and_a_float32_one_keeps_its_old_identity():
+    import argparse
+
+    from eval.cli import _run_info
+
+    base = dict(limit=200, seed=0, bench_file=None, retriever="hybrid", corpus=None)
+    assert _run_info(argparse.Namespace(**base, quantize="int8"))["quantize"] == "int8"
+    assert "quantize" not in _run_info(argparse.Namespace(**base, quantize="none"))  # resumes runs made before
