@@ -221,18 +221,37 @@ class CodeEnvironment:
         episode; a failure shows which tests failed and why, and the model may fix and resubmit."""
         body, info, _ = self.run("submit", code)
         step.info.update(info, submission=traj.count("submit"))
-        traj.answer = code
+        if "passed" not in info:  # not tested (an empty submission with nothing run): an invalid action
+            return body, self.budget_note(traj)
+        traj.answer = self.submitted
         traj.gold["passed"] = bool(info.get("passed"))
         last_turn = len(traj.steps) >= self.config.turn_limit
+        if "visible_tests" in self.task.meta:  # the scoring tests are hidden: answer from the examples
+            return self._answer_from_examples(traj, step, last_turn)
         if info.get("passed"):
             traj.stop_reason = "submit"
             return body, ""
-        if "passed" not in info:  # not tested (an empty submission with nothing run): an invalid action
-            return body, self.budget_note(traj)
         if last_turn:
             traj.stop_reason = "submit"
         details = failure_details(self.last_result) if self.last_result is not None else body
         return prompts.TESTS_FAIL.format(details=details), self.budget_note(traj)
+
+    def _answer_from_examples(self, traj: Trajectory, step: Step, last_turn: bool) -> tuple[str, str]:
+        """HumanEval-style feedback: the verdict on the prompt's own examples, never on the hidden
+        tests (the score, already in ``traj.gold``). Passing the examples ends the episode, as does
+        a task without examples (its first submission is final, as without feedback)."""
+        if not self.task.meta.get("visible_tests"):
+            traj.stop_reason = "submit"
+            step.info["visible_passed"] = None
+            return prompts.SUBMITTED_NO_EXAMPLES, ""
+        res = run_tests(self.task, self.submitted or "", self.test_limits, visible=True)
+        step.info["visible_passed"] = res.ok
+        if res.ok:
+            traj.stop_reason = "submit"
+            return prompts.EXAMPLES_PASSED, ""
+        if last_turn:
+            traj.stop_reason = "submit"
+        return prompts.TESTS_FAIL.format(details=failure_details(res)), self.budget_note(traj)
 
     def budget_note(self, traj: Trajectory) -> str:
         """What the model must know about its remaining budget (never truncated away)."""
@@ -392,14 +411,16 @@ class CodeEnvironment:
 _UNITTEST_HEADER = re.compile(r"^(FAIL|ERROR): (\S+)", re.M)
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
 MAX_FAILURES_SHOWN = 5
+EXAMPLE_FAILED = "EXAMPLE FAILED:"  # research_agent.code.examples.visible_test_script's failure lines
 FAILURE_LINE_CHARS = 240
 
 
 def failure_details(result: Any) -> str:
     """Which tests failed and each failure's last line (ToRL shows the model only the last line):
-    unittest's FAIL/ERROR blocks by test name, else the error of the test script; bounded in length."""
+    the failing docstring examples (visible tests), unittest's FAIL/ERROR blocks by test name, else
+    the error of the test script; bounded in length."""
     stderr = getattr(result, "stderr", "") or ""
-    lines = []
+    lines = [ln[len(EXAMPLE_FAILED):].strip() for ln in stderr.splitlines() if ln.startswith(EXAMPLE_FAILED)]
     for block in re.split(r"(?m)^={20,}$", stderr):
         head = _UNITTEST_HEADER.search(block)
         if head is None:

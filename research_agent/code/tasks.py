@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from research_agent.code.examples import docstring_examples, validated_examples, visible_test_script
 from research_agent.code.sandbox import TEST_LIMITS, ExecResult, SandboxLimits, last_line, run_python
 from research_agent.code.sanitize import changed, sanitize
 
@@ -170,7 +171,20 @@ def load_humaneval() -> list[CodeTask]:
                 },
             )
         )
+    attach_visible_tests(tasks)
     return tasks
+
+
+def attach_visible_tests(tasks: list[CodeTask]) -> None:
+    """Give each task ``meta["visible_tests"]``: a script of its docstring examples that its reference
+    passes, or None where it has none. Test feedback then answers from these and never from the
+    scoring tests (``CodeEnvironment``); a task without the key (DataFrameBench) is answered from its
+    tests, as the seed's "run tests" tool does."""
+    parsed = [docstring_examples(t.meta.get("stub") or t.prompt, t.entry_point) for t in tasks]
+    kept = validated_examples([(t.meta.get("reference") or "", p) for t, p in zip(tasks, parsed, strict=True)])
+    for task, examples in zip(tasks, kept, strict=True):
+        task.meta["visible_tests"] = visible_test_script(examples) if examples else None
+        task.meta["visible_examples"] = len(examples)
 
 
 def load_bigcodebench(path: str | Path) -> list[CodeTask]:
@@ -310,14 +324,24 @@ def sanitized_away(task: CodeTask, solution_code: str) -> bool:
 
 
 def run_tests(
-    task: CodeTask, solution_code: str, limits: SandboxLimits = TEST_LIMITS, *, sanitized: bool = True
+    task: CodeTask,
+    solution_code: str,
+    limits: SandboxLimits = TEST_LIMITS,
+    *,
+    sanitized: bool = True,
+    visible: bool = False,
 ) -> ExecResult:
     """Run the task's tests against ``solution_code`` in the sandbox; ``ok`` is True iff all pass.
 
     ``sanitized`` (default) scores what the model meant, as EvalPlus and BigCodeBench do: the tests
-    see the solution's imports and definitions, not its usage example."""
+    see the solution's imports and definitions, not its usage example. ``visible`` runs the task's
+    visible tests (``attach_visible_tests``) instead of the scoring ones."""
     style = task.meta.get("test_style", "script")
     solution_code = prepare_solution(task, solution_code, sanitized=sanitized)
+    if visible:
+        if not task.meta.get("visible_tests"):
+            raise ValueError(f"task {task.id} has no visible tests")
+        return run_python(f"{solution_code}\n\n{task.meta['visible_tests']}", limits)
     if style == "pytest-module":
         return run_python(
             _KODCODE_RUNNER, limits, files={"solution.py": solution_code, "test_solution.py": task.test_code}

@@ -22,3 +22,11 @@ def dataframebench_two():
     from research_agent.code.tasks import load_tasks
 
     return load_tasks("dataframebench:test", limit=2)
+
+
+@pytest.fixture(scope="session")
+def humaneval_all():
+    """All 164 HumanEval problems, with their visible tests."""
+    from research_agent.code.tasks import load_tasks
+
+    return load_tasks("humaneval")

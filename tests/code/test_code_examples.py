@@ -1,0 +1,92 @@
+"""Visible tests from docstring examples: parsing HumanEval's formats, the reference check that drops
+wrong examples, and test feedback that answers from them and never from the hidden tests."""
+
+from __future__ import annotations
+
+from research_agent.code.agent import CodeAgent, CodeAgentConfig
+from research_agent.code.env import failure_details
+from research_agent.code.examples import docstring_examples, validated_examples, visible_test_script
+from research_agent.code.sandbox import run_python
+from research_agent.code.tasks import run_tests
+from tests.doubles import ScriptedPolicy
+
+STUB = '''def f(xs, k=1):
+    """Examples:
+    >>> f([1, 2])
+    [2, 1]
+    f([3]) ➞ [3]
+    f([]) returns []  (nothing to do)
+    f([5, 6]) == [6, 5].
+    def f(bad) -> None
+    Write f() that returns the list reversed.
+    >>> f([1, 2])
+    [2, 1]
+    """
+'''
+
+
+def test_examples_are_parsed_from_doctest_and_prose_formats():
+    found = docstring_examples(STUB, "f")
+    # doctest's closing quotes at the example's indentation are not part of the expected output;
+    # the repeated doctest is kept once; prose with an explanation after the value keeps the value
+    assert found == [("f([1, 2])", "[2, 1]"), ("f([3])", "[3]"), ("f([])", "[]"), ("f([5, 6])", "[6, 5]")]
+    assert docstring_examples('    """\n    For n = 15, the output should be "1111".\n    """', "g") == [
+        ("g(15)", "'1111'")
+    ]
+    assert docstring_examples('    """\n    Input: [4, 2]\n    Output: [2, 1]\n    """', "g") == [("g([4, 2])", "[2, 1]")]
+    # JSON spellings are read as Python's; a result that is not a literal is not an example
+    assert docstring_examples("g(1) => true\ng(2) => some list\n", "g") == [("g(1)", "True")]
+
+
+def test_the_reference_check_drops_examples_the_reference_disagrees_with():
+    reference = "def f(xs):\n    return xs[::-1]\n"
+    examples = [("f([1, 2])", "[2, 1]"), ("f([1])", "[7]"), ("f(None)", "[]")]
+    broken = "def f(xs):\n    return undefined_name\nraise ValueError('import fails')\n"
+    assert validated_examples([(reference, examples), (broken, examples[:1])]) == [[examples[0]], []]
+
+
+def test_visible_tests_name_each_failing_example_and_its_result():
+    script = visible_test_script([("f([1, 2])", "[2, 1]"), ("f([3])", "[3]"), ("f([0.1 + 0.2])", "[0.3]")])
+    assert run_python("def f(xs):\n    return xs[::-1]\n\n" + script).ok  # floats compare within 1e-6
+    res = run_python("def f(xs):\n    return sorted(xs)\n\n" + script)
+    assert not res.ok
+    assert failure_details(res) == "f([1, 2]) returned [1, 2], expected [2, 1]"
+    res = run_python("def f(xs):\n    return xs[5]\n\n" + script)
+    assert failure_details(res).splitlines() == [
+        "f([1, 2]) raised IndexError: list index out of range",
+        "f([3]) raised IndexError: list index out of range",
+        "f([0.1 + 0.2]) raised IndexError: list index out of range",
+    ]
+
+
+def test_humaneval_tasks_carry_visible_tests_their_references_pass(humaneval_all):
+    with_tests = [t for t in humaneval_all if t.meta["visible_tests"]]
+    assert len(with_tests) >= 140  # 145 of 164 when this was written
+    assert sum(t.meta["visible_examples"] for t in humaneval_all) >= 400
+    median = next(t for t in humaneval_all if t.id == "HumanEval/47")
+    assert "15.0" not in median.meta["visible_tests"]  # the docstring's wrong example (the median is 8.0)
+    for t in with_tests[:20]:
+        assert run_tests(t, t.meta["reference"], visible=True).ok, t.id
+
+
+def test_feedback_on_humaneval_answers_from_the_examples_and_scores_the_hidden_tests(smol, humaneval_all):
+    _, tok = smol
+    task = humaneval_all[0]  # has_close_elements: two docstring examples, seven hidden asserts
+    wrong = task.meta["stub"] + "    return False\n"
+    # right on both docstring examples, wrong on the hidden tests
+    fitted = task.meta["stub"] + "    return len(numbers) == 6\n"
+    policy = ScriptedPolicy(tok, [f"```submit\n{wrong}```\n", f"```submit\n{fitted}```\n", "unused"])
+    traj = CodeAgent(policy, task, None, CodeAgentConfig(mode="code-only", test_feedback=True)).run()
+    first, second = traj.steps
+    assert first.info["visible_passed"] is False and first.info["passed"] is False
+    assert "has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3) returned False, expected True" in first.observation
+    assert "candidate(" not in first.observation  # nothing of the hidden check is shown
+    assert second.info["visible_passed"] is True and "examples in the task pass" in second.observation
+    assert traj.stop_reason == "submit" and traj.gold["passed"] is False  # scored on the hidden tests
+    assert "All tests passed" not in second.observation
+
+    no_examples = next(t for t in humaneval_all if not t.meta["visible_tests"])
+    policy = ScriptedPolicy(tok, [f"```submit\n{no_examples.meta['reference']}```\n", "unused"])
+    traj = CodeAgent(policy, no_examples, None, CodeAgentConfig(mode="code-only", test_feedback=True)).run()
+    assert len(traj.steps) == 1 and traj.stop_reason == "submit" and traj.gold["passed"] is True
+    assert "no examples" in traj.steps[0].observation
