@@ -1,9 +1,11 @@
-"""``python -m eval qa | compare | checkpoints``.
+"""``python -m eval qa | compare | checkpoints`` (and ``code``, ``docs-hits``: the code agent's own parsers).
 
   python -m eval qa --bench squad-open --limit 200 --model qwen2.5-coder-0.5b --out runs/base
   python -m eval qa --bench synth/heldout.jsonl --model smollm2-135m --adapter runs/rl/checkpoints/step-200 --out runs/rl
   python -m eval compare runs/base runs/sft runs/rl --out runs/compare
   python -m eval checkpoints runs/train-rl --bench squad-open --limit 50 --out runs/train-rl/heldout
+  python -m eval code --tasks humaneval --mode all --model qwen2.5-coder-0.5b --out runs/code   # see eval/code.py
+  python -m eval docs-hits --tasks dataframebench:test --out runs/docs-hits.json   # the API search, measured
 
 Agent settings are the fields of ``AgentConfig``; set any of them with ``--set name=value``.
 """
@@ -266,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         from eval.code import main as code_main
 
         return code_main(argv[1:])
+    if argv[:1] == ["docs-hits"]:  # the code agent's docs search, measured (eval/docs_hits.py)
+        from eval.docs_hits import main as docs_hits_main
+
+        return docs_hits_main(argv[1:])
     args = build_parser().parse_args(argv)
     commands = {"qa": cmd_qa, "compare": cmd_compare, "checkpoints": cmd_checkpoints}
     try:

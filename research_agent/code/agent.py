@@ -88,7 +88,8 @@ class CodeAgentConfig:
         metadata={
             "help": "the seed's run-tests tool: a failed submission is answered with the failing tests "
             "(names and each one's last line) and 'fix your code and submit again', the episode goes on "
-            "while turns remain, and the last submission is scored. false (the default until the three-mode "
+            "while turns remain, and the last submission is scored. Where a task's tests are its score and "
+            "hidden (HumanEval), the verdict comes from the prompt's own examples (code.examples). false (the default until the three-mode "
             "table is measured with it): a submission ends the task, pass or fail, as every code result so far"
         },
     )

@@ -87,18 +87,33 @@ def _pandas_method(name: str) -> bool:
     return hasattr(pandas.DataFrame, name) or hasattr(pandas.Series, name)
 
 
-def search_query(code: str) -> str | None:
-    """A docs query for the first specific library call of ``code``: ``pd.merge(`` → ``pandas merge``,
-    ``df.groupby(`` → ``pandas DataFrame groupby``; constructors and plotting boilerplate are skipped."""
-    found = []
+def library_calls(code: str) -> list[tuple[str, str, str]]:
+    """Every specific library call of ``code`` in order, once each, as (library, name, docs query):
+    ``pd.merge(`` → ("pandas", "merge", "pandas merge"), ``df.groupby(`` → ("pandas", "groupby",
+    "pandas DataFrame groupby"); constructors and plotting boilerplate are skipped."""
+    found, lib_names = [], set()
     for m in _LIB_CALL.finditer(code):
+        lib_names.add(m.start(2))  # pd.merge( is not also a method call named merge
         if m.group(2) not in _GENERIC:
-            found.append((m.start(), f"{_ALIASES[m.group(1)]} {m.group(2)}"))
+            lib = _ALIASES[m.group(1)]
+            found.append((m.start(), lib, m.group(2), f"{lib} {m.group(2)}"))
     for m in _METHOD_CALL.finditer(code):
         name = m.group(1)
+        if m.start(1) in lib_names:
+            continue
         if name not in _GENERIC and not name.startswith("_") and _pandas_method(name):
-            found.append((m.start(), f"pandas DataFrame {name}"))
-    return min(found)[1] if found else None
+            found.append((m.start(), "pandas", name, f"pandas DataFrame {name}"))
+    calls: list[tuple[str, str, str]] = []
+    for _, *call in sorted(found):
+        if tuple(call) not in calls:
+            calls.append(tuple(call))
+    return calls
+
+
+def search_query(code: str) -> str | None:
+    """The docs query the demonstrations show: the one for the first specific library call of ``code``."""
+    calls = library_calls(code)
+    return calls[0][2] if calls else None
 
 
 def _calls(node: ast.AST, name: str) -> ast.Call | None:
