@@ -143,9 +143,10 @@ class LocalPolicy:
         elif gen_eos:
             self.eos_ids.update(gen_eos)
         self._lock = threading.Lock()
-        calibration = None
-        if str(quantize).strip().lower() == "int8":
-            from .fast_linear import CALIBRATION_TEXT
+        from .fast_linear import CALIBRATION_TEXT, check_quantize
+
+        quantize, calibration = check_quantize(quantize), None
+        if quantize == "int8":
 
             calibration = tokenizer.encode(CALIBRATION_TEXT)
         self._decode = DecodeLayers(quantize=quantize, calibration=calibration)
