@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import inspect
 import os
 import re
 import sys
@@ -84,7 +85,12 @@ def _pandas_method(name: str) -> bool:
         import pandas
     except ImportError:
         return False
-    return hasattr(pandas.DataFrame, name) or hasattr(pandas.Series, name)
+    for cls in (pandas.DataFrame, pandas.Series):
+        raw = inspect.getattr_static(cls, name, None)
+        # a method or an accessor (df.plot(...)), not a property: ``.index(`` on a list is not pandas
+        if raw is not None and (callable(raw) or getattr(raw, "_accessor", None) is not None):
+            return True
+    return False
 
 
 def library_calls(code: str) -> list[tuple[str, str, str]]:
