@@ -101,7 +101,7 @@ def _class_documents(cls: type, qual: str, module_name: str, doc_cls: Any) -> It
     accessors = []
     for name, raw in _class_members(cls):
         target = raw.__func__ if isinstance(raw, classmethod | staticmethod) else raw
-        accessor = _accessor_class(raw)
+        accessor = accessor_class(raw)
         if accessor is not None:  # df.plot(...), s.str.contains(...): a class of its own under this name
             methods.append(f"  {name} (accessor): {_summary(_doc(accessor))}")
             accessors.append((name, accessor))
@@ -125,7 +125,7 @@ def _class_documents(cls: type, qual: str, module_name: str, doc_cls: Any) -> It
         yield from _class_documents(accessor, f"{qual}.{name}", module_name, doc_cls)
 
 
-def _accessor_class(raw: Any) -> type | None:
+def accessor_class(raw: Any) -> type | None:
     """The class behind a pandas-style accessor attribute (``DataFrame.plot`` → ``PlotAccessor``,
     ``Series.str`` → ``StringMethods``), or None. Without this the most used plotting and string APIs
     had no document of their own: ``df.plot(`` is in 22 of DataFrameBench's 100 test references, and

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from research_agent.code.agent import CodeAgent, CodeAgentConfig
+from research_agent.code.apidocs import accessor_class
 from research_agent.code.sanitize import parse
 from research_agent.code.tasks import CodeTask
 from research_agent.policy import Generation
@@ -88,7 +89,7 @@ def _pandas_method(name: str) -> bool:
     for cls in (pandas.DataFrame, pandas.Series):
         raw = inspect.getattr_static(cls, name, None)
         # a method or an accessor (df.plot(...)), not a property: ``.index(`` on a list is not pandas
-        if raw is not None and (callable(raw) or getattr(raw, "_accessor", None) is not None):
+        if raw is not None and (callable(raw) or accessor_class(raw) is not None):
             return True
     return False
 

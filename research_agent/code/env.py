@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from research_agent.code import prompts
+from research_agent.code.examples import EXAMPLE_FAILED
 from research_agent.code.sandbox import DEFAULT_LIMITS, TEST_LIMITS, SandboxLimits, run_python, truncate
 from research_agent.code.tasks import CodeTask, run_tests, sanitized_away
 from research_agent.loop import chat_prompt_ids
@@ -411,7 +412,6 @@ class CodeEnvironment:
 _UNITTEST_HEADER = re.compile(r"^(FAIL|ERROR): (\S+)", re.M)
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
 MAX_FAILURES_SHOWN = 5
-EXAMPLE_FAILED = "EXAMPLE FAILED:"  # research_agent.code.examples.visible_test_script's failure lines
 FAILURE_LINE_CHARS = 240
 
 

@@ -38,6 +38,7 @@ def _same(a, b):
     return a == b
 '''
 MAX_SHOWN_CHARS = 200
+EXAMPLE_FAILED = "EXAMPLE FAILED:"  # starts each failure line on stderr (code.env.failure_details reads them)
 
 
 def _literal(text: str) -> str | None:
@@ -171,7 +172,7 @@ for _src, _want in _EXAMPLES:
     if not _same(_got, _want):
         _failed.append(f"{{_src}} returned {{_got!r}}, expected {{_want!r}}")
 for _f in _failed:
-    print("EXAMPLE FAILED: " + (_f if len(_f) <= {MAX_SHOWN_CHARS} else _f[:{MAX_SHOWN_CHARS}] + "..."),
+    print({EXAMPLE_FAILED!r} + " " + (_f if len(_f) <= {MAX_SHOWN_CHARS} else _f[:{MAX_SHOWN_CHARS}] + "..."),
           file=_sys.stderr)
 if _failed:
     raise SystemExit(f"{{len(_failed)}} of {{len(_EXAMPLES)}} examples failed")
@@ -179,7 +180,6 @@ if _failed:
 
 
 _VALIDATE = '''
-import sys as _sys
 def _check(_code, _examples):
     _ns = {}
     try:
