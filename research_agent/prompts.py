@@ -25,14 +25,21 @@ Question: What is the capital of Peru?
 </result>
 <answer>Lima [factbook/pe#0]</answer>"""
 
+# How research differs from one lookup (issue: the student searched once and answered from the
+# snippets, so it got none of the two-hop questions); the reference demonstrations do exactly this.
+RESEARCH_HINT = ("A question about something found on the way needs one search per step: find that thing first, "
+                 "then search for it by name. When no result shows the answer, open the document and find its line.")
+
 FAST_SYSTEM = f"""You are a research assistant that answers questions using a document collection.
 {ACTION_HELP}
-Do not explain. Search first, then answer with a short answer and its citation."""
+Do not explain. Search first, then answer with a short answer and its citation.
+{RESEARCH_HINT}"""
 
 SLOW_SYSTEM = f"""You are a research assistant that answers questions using a document collection.
 {ACTION_HELP}
 Before every action, think briefly inside <think>...</think>, then write the action.
-Search first, then answer with a short answer and its citation."""
+Search first, then answer with a short answer and its citation.
+{RESEARCH_HINT}"""
 
 QUESTION = "Question: {question}"
 

@@ -91,7 +91,10 @@ def _trajectories(args) -> int:
 
         from .reference import ReferencePolicy
 
-        policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir(args.model)), items)
+        wanted = {d for it in items for d in it.get("supporting_docs") or []}
+        docs = browser.documents() if hasattr(browser, "documents") else ()  # a retrieval server lists none
+        names = {d.id: d.meta.get("country") or d.title for d in docs if d.id in wanted}
+        policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir(args.model)), items, names=names)
     else:
         policy = load_policy(args.model, endpoint=args.endpoint, device=args.device, dtype=args.dtype)
     stats = synthesize_trajectories(items, policy, browser, args.out, samples=args.samples, config=cfg,

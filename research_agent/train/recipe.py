@@ -38,9 +38,12 @@ class Recipe:
     rl_lr: float = 2e-4
     rl_prompts: int = 4
     eval_limit: int = 100
-    max_turns: int = 4
-    max_tool_calls: int = 3
+    # research budgets (configs/research.toml): a two-hop question takes up to a search for the pair,
+    # one per side, open + find, and a search for the bridge; 8 calls leave room for one reformulation
+    max_turns: int = 10
+    max_tool_calls: int = 8
     max_new_tokens: int = 48
+    max_total_tokens: int = 3072
     concurrency: int = 8
 
     @classmethod
@@ -54,12 +57,12 @@ class StageFailed(RuntimeError):
 
 def _agent_flags(r: Recipe) -> list[str]:
     return ["--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
-            "--max-new-tokens", str(r.max_new_tokens)]
+            "--max-new-tokens", str(r.max_new_tokens), "--max-total-tokens", str(r.max_total_tokens)]
 
 
 def _eval_sets(r: Recipe) -> list[str]:
     return ["--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
-            "--set", f"max_new_tokens={r.max_new_tokens}"]
+            "--set", f"max_new_tokens={r.max_new_tokens}", "--set", f"max_total_tokens={r.max_total_tokens}"]
 
 
 def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
@@ -72,12 +75,13 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
         ("demonstrations", "synth.__main__", ["trajectories", "--qa", str(default_task_file()), "--policy", "reference",
                                      "--model", r.model, "--split", "train", "--limit", str(r.demos),
                                      "--out", str(o / "demonstrations"), "--concurrency", str(r.concurrency),
-                                     "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls)]),
+                                     "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
+                                     "--set", f"max_total_tokens={r.max_total_tokens}"]),
         ("sft-export", "synth.__main__", ["sft-export", "--trajectories", str(o / "demonstrations"), "--out",
                                  str(o / "sft.jsonl"), "--min-f1", "0.8", "--tokenizer", r.model]),
         ("sft", "research_agent.train.__main__", ["--stage", "sft", "--model", r.model, "--tasks", str(o / "sft.jsonl"),
                                          "--lr", str(r.sft_lr), "--epochs", str(r.sft_epochs), "--micro-batch", "4",
-                                         "--out", str(o / "sft")]),
+                                         "--max-total-tokens", str(r.max_total_tokens), "--out", str(o / "sft")]),
         ("rl", "research_agent.train.__main__", ["--stage", "rl", "--model", r.model, "--init-adapter",
                                         str(o / "sft" / "adapter"), "--algorithm", "reinforce", "--group-size", "4",
                                         "--prompts-per-step", str(r.rl_prompts), "--steps", str(r.rl_steps),

@@ -27,6 +27,20 @@ def test_stages_chain_the_package_clis_in_order(tmp_path):
         assert argv[n][argv[n].index("--bench") + 1] == "factbook-test"
         assert f"max_turns={r.max_turns}" in argv[n]
     assert argv["rl"][argv["rl"].index("--max-turns") + 1] == str(r.max_turns)
+    # research budgets, the same in every stage and in configs/research.toml (SFT must not cut a demonstration)
+    assert argv["sft"][argv["sft"].index("--max-total-tokens") + 1] == str(r.max_total_tokens)
+    assert f"max_total_tokens={r.max_total_tokens}" in argv["demonstrations"]
+    import tomllib
+    from pathlib import Path
+
+    budgets = tomllib.loads((Path(__file__).parents[2] / "configs" / "research.toml").read_text())
+    assert budgets == {k: getattr(r, k) for k in ("max_turns", "max_tool_calls", "max_new_tokens", "max_total_tokens")}
+    from research_agent.agent import AgentConfig
+    from research_agent.configs import build
+    from research_agent.train.config import TrainConfig
+
+    for cls in (AgentConfig, TrainConfig):  # the one file is a valid --config of synth, eval and train
+        assert build(cls, budgets).max_tool_calls == r.max_tool_calls
     assert argv["compare"][1:4] == [str(tmp_path / f"eval-{n}") for n in ("base", "sft", "rl")]
     # every module named has the main(argv) the recipe calls
     import importlib
