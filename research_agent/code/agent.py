@@ -84,13 +84,14 @@ class CodeAgentConfig:
     )
 
     test_feedback: bool = field(
-        default=False,
+        default=True,
         metadata={
             "help": "the seed's run-tests tool: a failed submission is answered with the failing tests "
             "(names and each one's last line) and 'fix your code and submit again', the episode goes on "
             "while turns remain, and the last submission is scored. Where a task's tests are its score and "
-            "hidden (HumanEval), the verdict comes from the prompt's own examples (code.examples). false (the default until the three-mode "
-            "table is measured with it): a submission ends the task, pass or fail, as every code result so far"
+            "hidden (HumanEval), the verdict comes from the prompt's own examples (code.examples). The default, as "
+            "in the seed. false: a submission ends the task, pass or fail (results made before it was the default; "
+            "docs/results.md labels each row with its setting)"
         },
     )
 

@@ -306,7 +306,10 @@ class ReplayPolicy:
 
 def _replay(task: CodeTask, turns: list[str], tokenizer, config: CodeAgentConfig, docs_browser: Any) -> Trajectory:
     policy = ReplayPolicy(tokenizer, turns, name="reference-demo")
-    return CodeAgent(policy, task, docs_browser, dataclasses.replace(config, temperature=0.0)).run()
+    # a demonstration submits once: a reference that fails its tests is recorded as failed and never
+    # imitated, so test feedback (which would ask the script for a fix it does not hold) is off here
+    config = dataclasses.replace(config, temperature=0.0, test_feedback=False)
+    return CodeAgent(policy, task, docs_browser, config).run()
 
 
 def _runs(traj: Trajectory) -> list:

@@ -51,9 +51,9 @@ class TrainConfig:
                                    "(for code: one serving the API-docs corpus)")
     code_mode: str = _f("multi-tool", "code: multi-tool (search docs + execute + submit; the model learns when to "
                         "use which), code-only (execute + submit) or no-tools (one shot)")
-    test_feedback: bool = _f(False, "code: a failed submission is answered with the failing tests and the episode goes "
+    test_feedback: bool = _f(True, "code: a failed submission is answered with the failing tests and the episode goes "
                              "on (the seed's run-tests tool; the last submission is scored); false: a "
-                             "submission ends the task")
+                             "submission ends the task, as in the code runs before this became the default")
     demo_tasks: int = _f(0, "code SFT: demonstrate the first N tasks (0: all); each demonstration replays the "
                          "task's reference solution through the agent (search docs, execute, submit)")
     demo_recovery: float = _f(0.5, "code SFT: share of the demonstrations that first run a broken version of the "

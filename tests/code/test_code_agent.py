@@ -53,7 +53,8 @@ def test_search_execute_submit_passes_a_correct_solution(smol, tasks, docs_brows
             _fenced("submit", task.meta["reference"]),
         ],
     )
-    traj = CodeAgent(policy, task, docs_browser.fork(), CodeAgentConfig(mode="multi-tool")).run()
+    cfg = CodeAgentConfig(mode="multi-tool", test_feedback=False)  # the option where a submission ends the task
+    traj = CodeAgent(policy, task, docs_browser.fork(), cfg).run()
     assert [s.action for s in traj.steps] == ["search", "execute", "submit"]
     search, execute, submit = traj.steps
     assert any(h.startswith("api/json") for h in search.info["hits"])
@@ -109,7 +110,8 @@ def test_wrong_solution_fails_and_erroring_code_is_recorded(smol, tasks, docs_br
             _fenced("submit", task.meta["stub"] + "    return False\n"),
         ],
     )
-    traj = CodeAgent(policy, task, docs_browser.fork(), CodeAgentConfig()).run()  # a submission ends the task
+    assert CodeAgentConfig().test_feedback  # the default, as in the seed; off, a submission ends the task
+    traj = CodeAgent(policy, task, docs_browser.fork(), CodeAgentConfig(test_feedback=False)).run()
     assert traj.steps[1].info["ok"] is False and "ZeroDivisionError" in traj.steps[1].observation
     assert traj.steps[-1].info["passed"] is False and "Tests failed" in traj.steps[-1].observation
     assert traj.gold["passed"] is False and traj.stop_reason == "submit"

@@ -10,6 +10,7 @@ import pytest
 from corpus.files import seeded_subset
 from eval.code import api_docs_browser, code_metrics, evaluate_code, main, rl_result, select_ids
 from eval.rundir import RunDirError
+from research_agent.code.agent import CodeAgentConfig
 from research_agent.code.tasks import load_tasks
 from tests.doubles import ScriptedPolicy
 
@@ -66,12 +67,14 @@ def test_all_modes_write_results_table_and_plot_and_resume(smol, tasks, docs, tm
     policy = _policy(tok, tasks)
     info = {"tasks": "dataframebench:test", "model": "scripted", "adapter": None}
     out = tmp_path / "base"
+    cfg = CodeAgentConfig(test_feedback=False)  # the scripted wrong answer is submitted once
     summary = evaluate_code(
         tasks,
         policy,
         docs,
         ["no-tools", "code-only", "multi-tool"],
         out,
+        config=cfg,
         run_info=info,
         progress=False,
         concurrency=2,
@@ -106,17 +109,17 @@ def test_all_modes_write_results_table_and_plot_and_resume(smol, tasks, docs, tm
     (tmp_path / "bad.json").write_text("{not json")
     assert main(["--compare", str(tmp_path / "bad.json"), "--out", str(cmp)]) == 2
 
-    again = evaluate_code(tasks, policy, docs, ["no-tools"], out, run_info=info, progress=False)
+    again = evaluate_code(tasks, policy, docs, ["no-tools"], out, config=cfg, run_info=info, progress=False)
     assert len(policy.prompts) == calls and again["modes"]["no-tools"]["pass_at_1"] == 0.5  # resumed, nothing rerun
     # modes that never read the docs resume whatever docs index a later invocation names
     other_docs = {**info, "docs": "/somewhere/else"}
-    again = evaluate_code(tasks, policy, docs, ["code-only"], out, run_info=other_docs, progress=False)
+    again = evaluate_code(tasks, policy, docs, ["code-only"], out, config=cfg, run_info=other_docs, progress=False)
     assert len(policy.prompts) == calls and again["modes"]["code-only"]["pass_at_1"] == 0.5
     with pytest.raises(RunDirError, match="docs"):
-        evaluate_code(tasks, policy, docs, ["multi-tool"], out, run_info=other_docs, progress=False)
+        evaluate_code(tasks, policy, docs, ["multi-tool"], out, config=cfg, run_info=other_docs, progress=False)
     with pytest.raises(RunDirError, match="different run"):
         evaluate_code(
-            tasks, policy, docs, ["no-tools"], out, run_info={**info, "model": "other"}, progress=False
+            tasks, policy, docs, ["no-tools"], out, config=cfg, run_info={**info, "model": "other"}, progress=False
         )
 
 

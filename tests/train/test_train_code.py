@@ -54,7 +54,8 @@ def tiny_spec(tmp_path_factory):
 def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, tiny_spec):
     sort, rev = load_code_tasks(tiny_spec)
     cfg = TrainConfig(task_type="code", tasks=tiny_spec, corpus=str(docs_dir), docs_modules=["json"],
-                      group_size=1, prompts_per_step=2, lr=1e-3, micro_batch=2, concurrency=2)
+                      group_size=1, prompts_per_step=2, lr=1e-3, micro_batch=2, concurrency=2,
+                      test_feedback=False)  # each scripted run submits once
     assert cfg.reward == "code_shaped" and cfg.max_total_tokens == 4096  # the code defaults
     model, tok = setup_lora(cfg, progress=False)
     policy = ScriptedPolicy(tok, {
