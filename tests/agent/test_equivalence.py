@@ -1,7 +1,10 @@
 """The proof that a refactor changed nothing: greedy episodes and one RL step against a recording.
 
 ``tests/fixtures/equivalence.json`` was recorded (``python tests/agent/equivalence.py``) with the code
-as it was before the research and code agent loops were merged into one. The same episodes run
+as it was before the research and code agent loops were merged into one, and re-recorded for two
+changes meant to change behaviour: the research prompt's line on multi-step questions, and test
+feedback becoming the code agent's default (with ``test_feedback=False`` the code episodes still
+matched the first recording). The same episodes run
 here must give the same actions, observations, answers, token streams and masks, and the RL step
 the same metrics and LoRA weights up to float tolerance. Re-record it only for a change that is
 meant to change behaviour, and say so in the commit.
