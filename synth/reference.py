@@ -93,7 +93,7 @@ class ReferencePolicy:
         item = self.items.get(asked[-1].strip()) if asked else None
         if item is None:
             return "I cannot find this question."  # becomes an invalid turn; the filter drops it
-        if item.get("kind") in KINDS and _MANAGED not in transcript:
+        if item.get("kind") in KINDS and _MANAGED not in transcript and _has_docs(item):
             tail = transcript[transcript.rfind("Question: "):]
             return _replay(self._script(item), _RESULT.findall(tail))
         return _fallback(item, transcript)
@@ -133,7 +133,7 @@ class ReferencePolicy:
 
     def _pair(self, pair: str, docs: list[str]) -> tuple[str, str]:
         """The two countries of "X and Y", by the documents' names where known (a name may hold "and")."""
-        x, y = self.names.get(docs[1]) if len(docs) > 2 else None, self.names.get(docs[2]) if len(docs) > 2 else None
+        x, y = self.names.get(docs[1]), self.names.get(docs[2])
         if x and y:
             return x, y
         left, _, right = pair.partition(" and ")
@@ -154,6 +154,13 @@ class _Episode:
 
     def shown(self, doc: str) -> bool:
         return any(f"[{doc}#" in r or f"({doc})" in r for r in self.results)
+
+
+def _has_docs(item: dict) -> bool:
+    """The scripts name documents by position (synth.qa: a border question's docs are the bordering
+    country, X and Y); an item of a known kind made elsewhere without them gets the fallback."""
+    need = 3 if item["kind"] in ("borders-both", "capital-of-bordering") else 1
+    return len(item.get("supporting_docs") or []) >= need and bool(item.get("answers"))
 
 
 def _lookup(ep: _Episode, relation: str, entity: str, target: str, doc: str) -> Script:

@@ -97,7 +97,11 @@ def test_items_without_a_kind_keep_the_single_search_fallback(small_browser):
     from synth.reference import ReferencePolicy
 
     item = {"id": "x", "question": "What is the capital of France?", "answers": ["Paris"]}
-    policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir("smollm2-135m")), [item])
-    t, = run_batch([item], policy, small_browser, AgentConfig(), progress=False)
+    # a kind the scripts know, but without the documents they name by position (a hand-made task file)
+    border = {"id": "y", "question": "Which country borders both Spain and Belgium?", "answers": ["France"],
+              "kind": "borders-both"}
+    policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir("smollm2-135m")), [item, border])
+    t, b = run_batch([item, border], policy, small_browser, AgentConfig(), progress=False)
     assert t.steps[0].completion == "<search>What is the capital of France?</search>"
     assert t.answer.strip() == "Paris"
+    assert b.steps[0].completion == f"<search>{border['question']}</search>"
