@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file
 from research_agent.devices import DeviceError, check_device_spec, check_dtype_spec
 
+from .curriculum import CURRICULA
 from .tracking import TRACKERS
 
 __all__ = ["ConfigError", "TrainConfig", "load_config"]
@@ -116,6 +117,15 @@ class TrainConfig:
     filter_low: float = _f(0.2, "drop groups whose accuracy is below this (Agent RL Scaling Law); <=0 disables")
     filter_high: float = _f(0.8, "drop groups whose accuracy is above this; >=1 disables")
     filter_zero_variance: bool = _f(True, "drop groups whose rewards are all equal (no signal)")
+    curriculum: str = _f("none", "task draw order: none (one seeded shuffle, in order) or learnability (draw task "
+                         "kinds in proportion to the running chance that a group of that kind is learnable: pass "
+                         "rate strictly between 0 and 1 and inside the filter bounds)")
+    curriculum_key: str = _f("kind", "learnability curriculum: the task field (research) or attribute / meta entry "
+                             "(code) that names a task's kind")
+    curriculum_decay: float = _f(0.7, "learnability curriculum: the evidence of past rounds is multiplied by this "
+                                 "every round, so the estimate follows the current policy")
+    curriculum_floor: float = _f(0.05, "learnability curriculum: the least weight a kind keeps, so none is dropped "
+                                 "for good")
     drop_void_turns: bool = _f(True, "exclude trajectories with a turn that was neither a valid action nor an "
                                      "answer (SimpleTIR)")
     reward_fallback: float = _f(0.0, "reward given when a reward function raises (logged once per error type)")
@@ -179,6 +189,10 @@ class TrainConfig:
                 raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
         if not 0 <= self.lora_dropout < 1 or not 0 <= self.demo_recovery <= 1:
             raise ConfigError("lora_dropout must be in [0, 1) and demo_recovery in [0, 1]")
+        if self.curriculum not in CURRICULA:
+            raise ConfigError(f"curriculum must be one of {', '.join(CURRICULA)}, not {self.curriculum!r}")
+        if not 0 < self.curriculum_decay <= 1 or not 0 <= self.curriculum_floor <= 1:
+            raise ConfigError("curriculum_decay must be in (0, 1] and curriculum_floor in [0, 1]")
         if self.filter_low > self.filter_high:
             raise ConfigError(f"filter_low ({self.filter_low}) is above filter_high ({self.filter_high}): "
                               "every group would be dropped")

@@ -33,6 +33,8 @@ def panels(rows: list[dict]) -> list[str]:
     out.append("loss")
     if any(f"tool_rate/{t}" in r for r in rows for t in TOOLS):
         out.append("tools")
+    if any(k.startswith("curriculum/") for r in rows for k in r):
+        out.append("curriculum")
     return out
 
 
@@ -64,6 +66,12 @@ def plot_training(metrics_path: str | Path, out_png: str | Path) -> None:
                 ax2.plot(steps, [r.get("kl", 0) for r in rows], color="tab:red", label="KL")
                 ax2.legend(loc="upper right")
             ax.legend(loc="upper left")
+        elif panel == "curriculum":
+            kinds = sorted({k for r in rows for k in r if k.startswith("curriculum/")})
+            for key in kinds:
+                ax.plot(steps, [r.get(key, 0) for r in rows], label=key.split("/", 1)[1])
+            ax.set_title("curriculum: draw probability per kind")
+            ax.legend(fontsize="small")
         else:
             for name in TOOLS:
                 key = f"tool_rate/{name}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import random
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from .algorithms import gigpo_advantages, group_advantages, keep_groups, sequenc
 from .batching import plan_update, prefix_pass, reference_mode, suffix_logprobs
 from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
+from .curriculum import OrderedDraw, make_curriculum
 from .distributed import (
     Ranks,
     all_gather_object,
@@ -338,7 +338,7 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     reward_fn = make_reward(cfg.reward)
     safe_reward = SafeReward(reward_fn, cfg.reward_fallback)
-    state = {"position": 0, "order_seed": cfg.seed, "reward_state": None}
+    state = {"position": 0, "order_seed": cfg.seed, "reward_state": None, "curriculum": None}
     start = 0
     metrics_path = out / "metrics.jsonl"
     if resume and checkpoints(out):
@@ -353,8 +353,13 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     elif ranks.main and metrics_path.exists():
         metrics_path.unlink()
     barrier(ranks)  # rank 0 is done with the run directory before anyone goes on
-    order = list(range(len(items)))
-    random.Random(state["order_seed"]).shuffle(order)
+    if cfg.curriculum == "none":  # the data order of runs (and checkpoints) made before curricula
+        sampler = OrderedDraw(len(items), state["order_seed"])
+        sampler.position = state["position"]
+    else:
+        sampler = make_curriculum(cfg.curriculum, items, cfg)
+        if state.get("curriculum"):
+            sampler.load_state_dict(state["curriculum"])
     browser = browser or tasks.make_browser(cfg)
     publisher = None
     if cfg.rollout_endpoint:  # generation on a server, which holds the adapter published after each step
@@ -374,11 +379,12 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         rounds = 0
         while True:  # DAPO dynamic sampling: draw more prompts while groups were filtered out
             need = cfg.prompts_per_step - (sum(keep_g) if rounds else 0)
-            batch_items = []
-            for _ in range(need):
-                batch_items += tasks.group_items(items[order[state["position"] % len(order)]], step, cfg)
-                state["position"] += 1
+            drawn = sampler.draw(step, rounds, need)
+            state["position"] += need
+            batch_items = [it for i in drawn for it in tasks.group_items(items[i], step, cfg)]
             rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward, tasks, ranks, len(keep_g))
+            g = cfg.group_size
+            sampler.update(drawn, [sum(rnd[3][k * g:(k + 1) * g]) / g for k in range(len(drawn))])
             for acc, part in zip((trajs, results, rewards, correct, adv, keep_g), rnd, strict=True):
                 acc += part
             rounds += 1
@@ -398,7 +404,7 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
             _publish(publisher, model, step + 1, ranks)
         row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, tasks.tools), "loss": upd["loss"], "kl": upd["kl"],
                "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
-               "sampling_rounds": rounds,
+               "sampling_rounds": rounds, **sampler.metrics(),
                "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll}
         if publisher is not None:
             row["publish_seconds"] = publisher.seconds
@@ -423,7 +429,9 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             rs = reward_fn.state_dict() if hasattr(reward_fn, "state_dict") else None
             if ranks.main:
-                save_checkpoint(out, step + 1, model, opt, {**state, "reward_state": rs}, keep=cfg.keep_checkpoints)
+                save_checkpoint(out, step + 1, model, opt,
+                                {**state, "reward_state": rs, "curriculum": sampler.state_dict()},
+                                keep=cfg.keep_checkpoints)
             barrier(ranks)
     tracker.close()
     summary = {"steps": cfg.steps, "final": history[-1] if history else None, "adapter": str(out / "adapter")}

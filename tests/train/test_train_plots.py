@@ -33,3 +33,13 @@ def test_no_rows_draws_nothing(tmp_path):
     _write(tmp_path / "m.jsonl", [])
     plot_training(tmp_path / "m.jsonl", tmp_path / "m.png")
     assert not (tmp_path / "m.png").exists()
+
+
+def test_a_curriculum_run_gets_a_panel_of_draw_probabilities(tmp_path):
+    rows = [{"step": i, "reward": 0.1, "loss": 0.01, "tool_rate/search": 1.0,
+             "curriculum/capital": 0.5 - 0.1 * i, "curriculum/borders-both": 0.5 + 0.1 * i} for i in range(1, 4)]
+    assert panels(rows) == ["reward", "loss", "tools", "curriculum"]
+    _write(tmp_path / "m.jsonl", rows)
+    plot_training(tmp_path / "m.jsonl", tmp_path / "m.png")
+    with Image.open(tmp_path / "m.png") as im:
+        assert im.size[0] == 4 * 5 * 90  # four 5-inch panels at 90 dpi
