@@ -136,6 +136,25 @@ class ModelFetch:
         return self.seconds
 
 
+def _import_gguf_support() -> None:
+    """Import transformers' GGUF readers in this thread, all of them.
+
+    ``transformers.integrations.gguf`` is a lazy module: each name is imported on first use.  The
+    tokenizer thread and the weights' reader touch it at the same moment on a fresh cache, and one
+    of them then sees a half-initialised submodule (``ImportError: cannot import name
+    'GGUF_CONFIG_ARCHS'``, seen with transformers 5.24).  Resolved once up front, neither imports."""
+    import importlib
+
+    try:
+        mod = importlib.import_module("transformers.integrations.gguf")
+    except ImportError:  # an older transformers keeps its GGUF code elsewhere, imported eagerly
+        return
+    for sub in sorted(getattr(mod, "_modules", ())):
+        importlib.import_module(f"{mod.__name__}.{sub}")
+    for name in list(getattr(mod, "_class_to_module", {})):
+        getattr(mod, name)
+
+
 def resolve_model_dir(name_or_path: str, progress: bool = True) -> str:
     """Return a directory or hub id that ``from_pretrained`` loads quickly.
 
@@ -165,6 +184,7 @@ def resolve_model_dir(name_or_path: str, progress: bool = True) -> str:
             except BaseException as e:  # raised below, in the converting thread
                 found["error"] = e
 
+        _import_gguf_support()  # before the second thread: transformers' lazy imports are not thread-safe
         tok_thread = threading.Thread(target=read_tokenizer, name=f"{name_or_path} tokenizer", daemon=True)
         tok_thread.start()
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
