@@ -35,8 +35,9 @@ the input's gradient through ``mm``) gave the same gradients and no measurable g
 
 Results equal the plain layers up to float rounding (a different summation order), except with
 ``quantize="int8"`` (``DecodeLayers``; ``--quantize int8`` of the inference commands): int8 copies of
-the large matrices, SmoothQuant-smoothed and calibrated on ``CALIBRATION_TEXT``, a quarter of the
-bytes per token; on a 2-core Xeon one row of qwen2.5-coder-0.5b decoded 1.67x faster (smollm2-135m:
+the large matrices, SmoothQuant-smoothed and calibrated on ``CALIBRATION_TEXT`` (a matrix smoothing cannot
+bring within ``INT8_MAX_ERROR`` keeps ``OUTLIER_CHANNELS`` input channels in float32), q/k/v and
+gate/up also packed together for ``decode_step`` (``DecodeGroup``), a quarter of the bytes per token; on a 2-core Xeon one row of qwen2.5-coder-0.5b decoded 1.67x faster (smollm2-135m:
 from no gain to 0.64x of the float32 time, by run), with SQuAD-open accuracy unchanged
 (docs/benchmarks.md#int8-decode).
 """
@@ -53,6 +54,10 @@ INT8_MAX_ROWS = 16  # inputs of more rows (prompt prefills) keep the float32 wei
 INT8_MIN_ELEMENTS = 1 << 16
 INT8_MAX_ERROR = 0.03  # a matrix whose int8 output on the calibration text is further off keeps float32
 SMOOTHING = (0.5, 0.75)  # SmoothQuant's migration strengths tried per matrix; the closer one is kept
+# A matrix still too far off in int8 after smoothing keeps this many input channels (its largest
+# activations) in float32 beside the int8 product (LLM.int8()'s decomposition): smollm2-135m's MLP
+# down-projections go from 0.030-0.046 to 0.019-0.024 relative error with 16 of 1,536.
+OUTLIER_CHANNELS = 16
 # What the int8 scales are calibrated on: the agent's own format and some prose, so the activation
 # outliers of every channel (large, and the same channels whatever the text) are seen once.
 CALIBRATION_TEXT = """You are a research assistant that answers questions using a document collection.
@@ -141,14 +146,18 @@ def pack_int8(weight, bias=None):
     return torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
 
 
-def smooth_int8(weight, bias, x, out, reduce_range: bool):
+def smooth_int8(weight, bias, x, out, reduce_range: bool, max_error: float = INT8_MAX_ERROR):
     """The int8 form of one matrix, calibrated on its input ``x`` and float32 output ``out``.
 
     A few input channels of a transformer carry activations tens of times the rest, and the kernel
     quantizes each input row to 8 bits with one scale, so those channels would crush the others.
     SmoothQuant's fix: divide channel j of the input by s_j = max|x_j|^a / max|W_j|^(1-a) and
-    multiply column j of the weight by it (the product is unchanged).  Returns (packed weight,
-    1 / s, relative error of the int8 output on ``x``) for the better of ``SMOOTHING``."""
+    multiply column j of the weight by it (the product is unchanged).  Where that is not enough
+    (relative error above ``max_error``), the ``OUTLIER_CHANNELS`` input channels largest after
+    smoothing leave the int8 product (their factor in ``1 / s`` is 0, their weight columns are
+    zeroed) and are multiplied in float32 instead.  Returns (packed weight, 1 / s, outliers, relative
+    error of the int8 output on ``x``) for the best try; ``outliers`` is None or (channel indices,
+    their float32 weight columns transposed [k, out])."""
     import torch
 
     x = x.reshape(-1, x.shape[-1]).float()
@@ -157,14 +166,26 @@ def smooth_int8(weight, bias, x, out, reduce_range: bool):
     amax = x.abs().amax(dim=0).clamp(min=1e-5)
     wmax = w.abs().amax(dim=0).clamp(min=1e-5)
     best = None
-    for a in SMOOTHING:
-        s = (amax ** a / wmax ** (1 - a)).clamp(min=1e-4, max=1e4)
-        packed = pack_int8(w * s, bias)
-        inv = (1 / s).contiguous()
-        got = torch.ops.quantized.linear_dynamic(x * inv, packed, reduce_range)
-        err = ((got - ref).norm() / ref.norm().clamp(min=1e-12)).item()
-        if best is None or err < best[2]:
-            best = (packed, inv, err)
+    for k in (0, min(OUTLIER_CHANNELS, w.shape[1] // 8)):
+        if best is not None and (best[3] <= max_error or k == 0):
+            break
+        for a in SMOOTHING:
+            s = (amax ** a / wmax ** (1 - a)).clamp(min=1e-4, max=1e4)
+            inv = (1 / s).contiguous()
+            ws = w * s
+            outliers = None
+            if k:
+                idx = torch.topk(amax * inv, k).indices.sort().values
+                inv[idx] = 0
+                ws[:, idx] = 0
+                outliers = (idx, w[:, idx].t().contiguous())
+            packed = pack_int8(ws, bias)
+            got = torch.ops.quantized.linear_dynamic(x * inv, packed, reduce_range)
+            if outliers is not None:
+                got = got + x.index_select(-1, outliers[0]) @ outliers[1]
+            err = ((got - ref).norm() / ref.norm().clamp(min=1e-12)).item()
+            if best is None or err < best[3]:
+                best = (packed, inv, outliers, err)
     return best
 
 
@@ -174,12 +195,15 @@ def _int8_ok(weight) -> bool:
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.numel() >= INT8_MIN_ELEMENTS
 
 
-def _int8_linear(packed, inv_scale, exact, reduce_range, x, *args, **kwargs):
+def _int8_linear(packed, inv_scale, exact, reduce_range, x, *args, outliers=None, **kwargs):
     import torch
 
     if x.numel() > INT8_MAX_ROWS * x.shape[-1] or x.dtype != torch.float32:
         return exact(x)
-    return torch.ops.quantized.linear_dynamic(x * inv_scale, packed, reduce_range)
+    y = torch.ops.quantized.linear_dynamic(x * inv_scale, packed, reduce_range)
+    if outliers is not None:  # the channels the int8 product leaves out, in float32
+        y = y + x.index_select(-1, outliers[0]) @ outliers[1]
+    return y
 
 
 def onednn_wanted() -> bool:
@@ -241,6 +265,7 @@ class DecodeLayers:
         self._key = None
         self._weights: list = []
         self._packed: dict = {}
+        self._groups: list = []  # (member modules, packed, 1 / s, outliers, output widths): one int8 call each
 
     @contextmanager
     def applied(self, model):
@@ -279,18 +304,29 @@ class DecodeLayers:
                 if int8 is None:  # too small, not a CPU float32 weight, or too far off in int8
                     quantized.append((m, w, b, exact))
                 else:
-                    quantized.append((m, w, b, partial(_int8_linear, int8[0], int8[1], exact, reduce)))
+                    quantized.append((m, w, b, partial(_int8_linear, int8[0], int8[1], exact, reduce,
+                                                       outliers=int8[2])))
             swaps = quantized
         else:
             swaps += [(m, m.weight, m.bias, partial(_onednn_linear, m.weight, m.bias)) for m in plain
                       if _onednn_ok(m.weight)]
+        grouped = []
+        if self.quantize == "int8":
+            for members, packed, inv, outliers, widths in self._groups:
+                exact = _Unfused(members)
+                fn = partial(_int8_linear, packed, inv, exact, reduce, outliers=outliers)
+                grouped.append((members[0], DecodeGroup(members, widths, fn)))
         try:
             for m, _, _, fn in swaps:
                 m.forward = fn
+            for m, group in grouped:
+                m.decode_group = group
             yield
         finally:
             for m, _, _, _ in swaps:
                 m.__dict__.pop("forward", None)
+            for m, _ in grouped:
+                m.__dict__.pop("decode_group", None)
 
     def _calibrate(self, model, targets: list, reduce_range: bool) -> None:
         """One forward over the calibration ids through the real layers; each target's hook turns its
@@ -298,14 +334,17 @@ class DecodeLayers:
         import torch
 
         names = {id(m): n for n, m in model.named_modules()}
-        self._packed, self.int8_errors = {}, {}
+        self._packed, self.int8_errors, self._groups = {}, {}, []
+        shared: dict = {}  # id of an input tensor -> (that input, [(module, weight, bias, output)])
 
         def hook(weight, bias):
             def record(module, args, out):
-                packed, inv, err = smooth_int8(weight, bias, args[0], out, reduce_range)
+                x = args[0]
+                packed, inv, outliers, err = smooth_int8(weight, bias, x, out, reduce_range)
                 self.int8_errors[names.get(id(module), "?")] = err
                 if err <= INT8_MAX_ERROR:
-                    self._packed[id(module)] = (packed, inv)
+                    self._packed[id(module)] = (packed, inv, outliers)
+                    shared.setdefault(id(x), (x, []))[1].append((module, weight, bias, out))
             return record
 
         handles = [m.register_forward_hook(hook(w, b)) for m, w, b in targets]
@@ -315,6 +354,46 @@ class DecodeLayers:
         finally:
             for h in handles:
                 h.remove()
+        # matrices fed the same input (q/k/v, gate/up) also get one int8 form together: one call of
+        # the kernel instead of two or three (each call costs ~30 us before it reads a byte here)
+        for x, members in shared.values():
+            if len(members) < 2:
+                continue
+            weight = torch.cat([w.detach().float() for _, w, _, _ in members])
+            biases = [b for _, _, b, _ in members]
+            bias = None
+            if any(b is not None for b in biases):
+                bias = torch.cat([b.detach().float() if b is not None else w.new_zeros(w.shape[0])
+                                  for (_, w, _, _), b in zip(members, biases, strict=True)])
+            out = torch.cat([o for _, _, _, o in members], dim=-1)
+            packed, inv, outliers, err = smooth_int8(weight, bias, x, out, reduce_range)
+            if err <= INT8_MAX_ERROR:
+                widths = tuple(w.shape[0] for _, w, _, _ in members)
+                self._groups.append((tuple(m for m, _, _, _ in members), packed, inv, outliers, widths))
+
+
+class DecodeGroup:
+    """Linear layers fed the same input, computed by one int8 call: ``group(x)`` is their outputs
+    side by side (``widths`` each), in ``members`` order.  Set as ``members[0].decode_group`` while
+    ``DecodeLayers.applied`` is active; ``decode_step`` uses it for q/k/v and gate/up."""
+
+    def __init__(self, members: tuple, widths: tuple, fn):
+        self.members, self.widths, self._fn = members, widths, fn
+
+    def __call__(self, x):
+        return self._fn(x)
+
+
+class _Unfused:
+    """A group's exact path (prefill-sized inputs): each member's own forward, side by side."""
+
+    def __init__(self, members: tuple):
+        self.members = members
+
+    def __call__(self, x):
+        import torch
+
+        return torch.cat([m.forward(x) for m in self.members], dim=-1)
 
 
 def _engines() -> list:

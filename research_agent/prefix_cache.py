@@ -194,8 +194,12 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
     """
     import torch
 
+    from .decode_step import decode_step, enabled, plan, supported
+
     store.check_weights(weights_fingerprint(model))
     dev = model_device(model)
+    lean = enabled() and not model.training and supported(model)  # one decode step without model(...)
+    steps = plan(model) if lean else None
     # a prefix shared by the whole batch (the system prompt) is computed once, then reused
     if len(prompts) > 1:
         shared = _common_prefix(prompts)
@@ -243,10 +247,13 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
             step_ids = torch.tensor([[chosen[b]] for b in keep], dtype=torch.long, device=dev)
             step_pos = torch.tensor([[len(prompts[r]) + fed_new[r]] for r in active], dtype=torch.long, device=dev)
             attn = torch.cat([attn, torch.ones((len(active), 1), dtype=torch.long, device=dev)], dim=1)
-            out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
-                        use_cache=True, logits_to_keep=1)
-            cache = out.cache
-            logits = out.logits[:, -1, :]
+            if lean:
+                logits = decode_step(model, step_ids, attn, step_pos, cache, steps)
+            else:
+                out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
+                            use_cache=True, logits_to_keep=1)
+                cache = out.cache
+                logits = out.logits[:, -1, :]
             for r in active:
                 fed_new[r] += 1
         if new:

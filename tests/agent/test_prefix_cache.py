@@ -230,12 +230,21 @@ def test_loop_detection_needs_four_repeats_over_48_tokens():
     assert cut_at_loop(list(range(300))) == (list(range(300)), False)
 
 
-def test_stop_loops_ends_a_looping_row_early_and_the_same_on_both_paths(smol):
+def test_stop_loops_ends_a_looping_row_early_and_the_same_on_both_paths(smol, monkeypatch):
+    from research_agent import decode_step
+
     model, tok = smol
     line = tok.encode("from sklearn.metrics import roc_curve\n", add_special_tokens=False)
     prompts = [tok.encode("Imports:\n", add_special_tokens=False) + line * 6]
     calls = [0]
     hook = model.register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    lean = decode_step.decode_step
+
+    def counted(*args, **kwargs):  # a decode step that does not go through model(...)
+        calls[0] += 1
+        return lean(*args, **kwargs)
+
+    monkeypatch.setattr(decode_step, "decode_step", counted)
     try:
         free = LocalPolicy(model, tok).generate(prompts, max_new_tokens=96)[0]
         free_calls, calls[0] = calls[0], 0

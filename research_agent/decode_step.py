@@ -1,0 +1,152 @@
+"""One decode step of a Llama-family model, without transformers' per-call machinery.
+
+A decode step feeds one token per row.  Through ``model(...)`` that step also builds a causal mask,
+walks transformers' keyword plumbing, attention-interface lookup and output classes in every one of
+the model's layers, and computes RMSNorm as six separate ops: on a 2-core CPU, for smollm2-135m,
+about a tenth of a token's time once the matrices are fast (int8), and the part no kernel removes.
+``decode_step`` computes the same function directly from the model's own modules:
+
+- every linear layer is called through its own ``forward``, so the swaps of
+  ``fast_linear.DecodeLayers`` (merged LoRA, oneDNN, int8) and peft's LoRA layers all apply; where
+  ``DecodeLayers`` made one int8 form of q/k/v (or gate/up) together, that is one call;
+- RMSNorm is one fused op (``F.rms_norm``), the rotary embedding comes from the model's own
+  rotary module (every RoPE scaling type it supports), attention is one
+  ``scaled_dot_product_attention`` with grouped K/V heads, masked only where a row has padding;
+- keys and values go into the same ``Cache`` through ``cache.update``, so the prefix cache, row
+  removal and continuous batching see exactly what they see after ``model(...)``.
+
+The arithmetic is the model's up to float rounding (a fused norm sums in another order); greedy
+tokens are tested equal to ``model(...)``'s (``tests/agent/test_decode_step.py``).  Only the
+architectures whose layers are known to have this shape are taken (``supported``); any other model,
+a model in training mode, or ``RESEARCH_AGENT_FAST_DECODE=0`` goes through ``model(...)``.
+"""
+
+from __future__ import annotations
+
+import os
+
+ARCHITECTURES = ("llama", "qwen2")  # decoder layers: pre-norm attention (GQA, RoPE) + pre-norm SiLU MLP
+
+
+def _causal_lm(model):
+    """The transformers ``*ForCausalLM`` under a peft wrapper (or the model itself)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def enabled() -> bool:
+    return os.environ.get("RESEARCH_AGENT_FAST_DECODE", "").strip() != "0"
+
+
+def supported(model) -> bool:
+    """Whether ``decode_step`` computes this model's step: a Llama or Qwen2 decoder on the CPU, full
+    attention in every layer, SiLU MLPs."""
+    lm = _causal_lm(model)
+    cfg = getattr(lm, "config", None)
+    inner = getattr(lm, "model", None)
+    if cfg is None or inner is None or getattr(cfg, "model_type", None) not in ARCHITECTURES:
+        return False
+    if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "hidden_act", "silu") != "silu":
+        return False
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or ())):
+        return False
+    try:
+        weight = inner.embed_tokens.weight
+    except AttributeError:
+        return False
+    return weight.device.type == "cpu" and hasattr(inner, "rotary_emb") and hasattr(lm, "lm_head")
+
+
+class _Plan:
+    """The modules one step reads, gathered once per generation (attribute walks cost microseconds
+    each, and a step makes hundreds of them)."""
+
+    def __init__(self, lm):
+        cfg = lm.config
+        inner = lm.model
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.embed = inner.embed_tokens
+        self.rotary = inner.rotary_emb
+        self.norm = (inner.norm.weight, _eps(inner.norm))
+        self.lm_head = lm.lm_head
+        self.layers = []
+        for layer in inner.layers[: cfg.num_hidden_layers]:
+            at, mlp = layer.self_attn, layer.mlp
+            self.layers.append((
+                (layer.input_layernorm.weight, _eps(layer.input_layernorm)),
+                at.q_proj, at.k_proj, at.v_proj, at.o_proj,
+                (layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)),
+                mlp.gate_proj, mlp.up_proj, mlp.down_proj, mlp.act_fn,
+            ))
+
+
+def _eps(norm) -> float:
+    eps = getattr(norm, "variance_epsilon", None)
+    return float(eps if eps is not None else getattr(norm, "eps", 1e-6))
+
+
+def plan(model) -> _Plan:
+    """The modules of ``model``'s decode step, for the steps of one generation.  Not kept longer: a
+    peft adapter added or unloaded later replaces the layers a kept plan would still call."""
+    return _Plan(_causal_lm(model))
+
+
+def _group(first, members: tuple):
+    """The ``fast_linear.DecodeGroup`` computing exactly ``members`` in one call, if one is set."""
+    group = first.__dict__.get("decode_group")
+    if group is None or len(group.members) != len(members):
+        return None
+    return group if all(a is b for a, b in zip(group.members, members, strict=True)) else None
+
+
+def decode_step(model, input_ids, attention_mask, position_ids, cache, steps: _Plan | None = None):
+    """Logits [rows, vocab] for one new token per row (``input_ids`` [rows, 1]), its keys and values
+    appended to ``cache``.  ``attention_mask`` [rows, cached + 1] marks each row's real positions
+    (left padding is 0); ``position_ids`` [rows, 1] are the tokens' RoPE positions; ``steps`` is
+    ``plan(model)``, made once for a generation's steps (made here when not given)."""
+    import torch
+    import torch.nn.functional as F
+
+    p = steps if steps is not None else plan(model)
+    rows = input_ids.shape[0]
+    heads, kv_heads, hd = p.heads, p.kv_heads, p.head_dim
+    half = hd // 2
+    x = p.embed.forward(input_ids)  # [rows, 1, hidden]
+    width = (x.shape[-1],)
+    cos, sin = p.rotary.forward(x, position_ids)
+    cos, sin = cos[:, None], sin[:, None]  # [rows, 1, 1, head_dim]: broadcast over heads
+    mask = None
+    if not bool(attention_mask.all()):
+        mask = attention_mask.bool()[:, None, None, :]  # [rows, 1, 1, keys]
+    gqa = kv_heads != heads
+
+    def rope(t):
+        return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
+
+    for i, (n1, q_proj, k_proj, v_proj, o_proj, n2, gate, up, down, act) in enumerate(p.layers):
+        h = F.rms_norm(x, width, n1[0], n1[1])
+        qkv = _group(q_proj, (q_proj, k_proj, v_proj))
+        if qkv is not None:  # one int8 call for the three; one rotary pass over q and k together
+            heads_qkv = qkv(h).view(rows, 1, heads + 2 * kv_heads, hd).transpose(1, 2)
+            qk = rope(heads_qkv[:, : heads + kv_heads])
+            q, k, v = qk[:, :heads], qk[:, heads:], heads_qkv[:, heads + kv_heads:]
+        else:
+            q = rope(q_proj.forward(h).view(rows, 1, heads, hd).transpose(1, 2))
+            k = rope(k_proj.forward(h).view(rows, 1, kv_heads, hd).transpose(1, 2))
+            v = v_proj.forward(h).view(rows, 1, kv_heads, hd).transpose(1, 2)
+        keys, values = cache.update(k, v, i)
+        if mask is not None and mask.shape[-1] != keys.shape[-2]:
+            raise ValueError(f"attention mask covers {mask.shape[-1]} positions, the cache {keys.shape[-2]}")
+        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+        x = x + o_proj.forward(a.transpose(1, 2).reshape(rows, 1, heads * hd))
+        h = F.rms_norm(x, width, n2[0], n2[1])
+        gate_up = _group(gate, (gate, up))
+        if gate_up is not None:
+            g, u = gate_up(h).split(gate_up.widths, dim=-1)
+        else:
+            g, u = gate.forward(h), up.forward(h)
+        x = x + down.forward(act(g) * u)
+    x = F.rms_norm(x, width, p.norm[0], p.norm[1])
+    return p.lm_head.forward(x)[:, -1, :]
