@@ -136,6 +136,74 @@ def row(name: str, tokens: int, secs: float, extra: str = "") -> str:
     return f"  {name:<50} {tokens:>7} {secs:>9.2f} {tps:>9.1f}  {extra}"
 
 
+def decode_figures(args, model, tok, local):
+    """Section 5: one row decoding alone, against the floor of streaming every weight once per token."""
+    from research_agent.policy import LocalPolicy
+
+    if args.skip_decode:
+        return None
+    count = tok.encode("Count from one to one hundred: one, two, three, four,")
+    int8 = None
+    if not args.skip_int8:
+        from research_agent.fast_linear import int8_available
+
+        if int8_available():
+            int8 = LocalPolicy(model, tok, name=args.model, quantize="int8")
+            int8.generate([count], max_new_tokens=2)  # calibration, outside the timing
+    f32_ms, int8_ms, via_model, bws = [], [], {"float32": [], "int8": []}, []
+    for _ in range(max(1, args.decode_rounds)):  # alternating, so machine drift falls on all
+        ms, timed = one_row_decode_ms(local, count)
+        f32_ms.append(ms)
+        if int8 is not None:
+            int8_ms.append(one_row_decode_ms(int8, count)[0])
+        if not args.skip_model_step:  # the reference: each decode step through model(...)
+            os.environ["RESEARCH_AGENT_FAST_DECODE"] = "0"
+            try:
+                via_model["float32"].append(one_row_decode_ms(local, count)[0])
+                if int8 is not None:
+                    via_model["int8"].append(one_row_decode_ms(int8, count)[0])
+            finally:
+                os.environ.pop("RESEARCH_AGENT_FAST_DECODE", None)
+        bws.append(read_bandwidth())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    bw = max(bws)  # the best read of every round: the tightest floor
+    int8_bytes = None
+    if int8 is not None:  # bytes per token through the int8 path: int8 copies + matrices kept float32
+        kept = set(int8._decode._packed)
+        int8_bytes = weight_bytes
+        for m in model.modules():
+            if id(m) in kept:
+                w = m.base_layer.weight if hasattr(m, "base_layer") else m.weight
+                int8_bytes -= w.numel() * (w.element_size() - 1)
+    return (sorted(f32_ms)[len(f32_ms) // 2], timed, weight_bytes, bw, 1000 * weight_bytes / bw,
+            f32_ms, int8_ms, int8_bytes, via_model, bws)
+
+
+def print_decode(decode) -> None:
+    if decode is None:
+        return
+    ms, timed, weight_bytes, bw, floor, f32_ms, int8_ms, int8_bytes, via_model, bws = decode
+    rounds = " / ".join(f"{x:.1f}" for x in f32_ms)
+    print(f"\n  one row decoding alone: {ms:.1f} ms/token (median of {rounds}) over {timed} tokens; "
+          f"weight-streaming floor {floor:.1f} ms/token ({weight_bytes / 1e6:.0f} MB of float32 weights read per "
+          f"token at {bw / 1e9:.1f} GB/s, the best read bandwidth of the rounds: "
+          f"{' / '.join(f'{b / 1e9:.1f}' for b in bws)}): {ms / floor:.2f}x the floor (goal <= 1.5x)")
+    for kind, xs in via_model.items():
+        if xs:
+            ref = sorted(xs)[len(xs) // 2]
+            ours = ms if kind == "float32" else sorted(int8_ms)[len(int8_ms) // 2]
+            print(f"  {kind}, each step through model(...) instead (RESEARCH_AGENT_FAST_DECODE=0): {ref:.1f} "
+                  f"ms/token (median of {' / '.join(f'{x:.1f}' for x in xs)}); the lean step is "
+                  f"{ours / ref:.2f}x its time")
+    if int8_ms:
+        q = sorted(int8_ms)[len(int8_ms) // 2]
+        own = 1000 * int8_bytes / bw
+        print(f"  the same with --quantize int8: {q:.1f} ms/token (median of "
+              f"{' / '.join(f'{x:.1f}' for x in int8_ms)}): {q / floor:.2f}x the float32 floor, "
+              f"{q / own:.2f}x its own floor of {own:.1f} ms ({int8_bytes / 1e6:.0f} MB per token); "
+              f"{ms / q:.2f}x faster than float32")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m", help="named offline model, local path or hub id")
@@ -156,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-rounds", type=int, default=3,
                    help="one-row decode rounds, float32 and int8 weights alternating (medians reported)")
     p.add_argument("--skip-int8", action="store_true", help="one-row decode with float32 weights only")
+    p.add_argument("--decode-only", action="store_true",
+                   help="only the one-row decode (section 5), in a process that has run nothing else")
     p.add_argument("--skip-model-step", action="store_true",
                    help="skip the one-row reference that decodes each step through model(...)")
     args = p.parse_args(argv)
@@ -173,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     config = AgentConfig(max_turns=args.max_turns, max_tool_calls=args.max_tool_calls,
                          max_new_tokens=args.new_tokens, temperature=0.0)
 
+    if args.decode_only:
+        model, tok = load_model(args.model, progress=False)
+        local = LocalPolicy(model, tok, name=args.model)
+        local.generate([tok.encode("Hello")], max_new_tokens=2)
+        print(f"One row decoding alone: {args.model}, torch threads {torch.get_num_threads()}, nothing else run")
+        print_decode(decode_figures(args, model, tok, local))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-rollout-") as tmp:
         t0 = time.perf_counter()
         browser = open_browser(args, items, tmp)
@@ -230,43 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             seq_s = time.perf_counter() - t0
 
         # 5. one row decoding alone, against the floor of streaming every weight once per token
-        decode = None
-        if not args.skip_decode:
-            count = tok.encode("Count from one to one hundred: one, two, three, four,")
-            int8 = None
-            if not args.skip_int8:
-                from research_agent.fast_linear import int8_available
-
-                if int8_available():
-                    int8 = LocalPolicy(model, tok, name=args.model, quantize="int8")
-                    int8.generate([count], max_new_tokens=2)  # calibration, outside the timing
-            f32_ms, int8_ms, via_model, bws = [], [], {"float32": [], "int8": []}, []
-            for _ in range(max(1, args.decode_rounds)):  # alternating, so machine drift falls on all
-                ms, timed = one_row_decode_ms(local, count)
-                f32_ms.append(ms)
-                if int8 is not None:
-                    int8_ms.append(one_row_decode_ms(int8, count)[0])
-                if not args.skip_model_step:  # the reference: each decode step through model(...)
-                    os.environ["RESEARCH_AGENT_FAST_DECODE"] = "0"
-                    try:
-                        via_model["float32"].append(one_row_decode_ms(local, count)[0])
-                        if int8 is not None:
-                            via_model["int8"].append(one_row_decode_ms(int8, count)[0])
-                    finally:
-                        os.environ.pop("RESEARCH_AGENT_FAST_DECODE", None)
-                bws.append(read_bandwidth())
-            weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-            bw = max(bws)  # the best read of every round: the tightest floor
-            int8_bytes = None
-            if int8 is not None:  # bytes per token through the int8 path: int8 copies + matrices kept float32
-                kept = set(int8._decode._packed)
-                int8_bytes = weight_bytes
-                for m in model.modules():
-                    if id(m) in kept:
-                        w = m.base_layer.weight if hasattr(m, "base_layer") else m.weight
-                        int8_bytes -= w.numel() * (w.element_size() - 1)
-            decode = (sorted(f32_ms)[len(f32_ms) // 2], timed, weight_bytes, bw, 1000 * weight_bytes / bw,
-                      f32_ms, int8_ms, int8_bytes, via_model, bws)
+        decode = decode_figures(args, model, tok, local)
 
     n = args.n
     print(f"\nRollout throughput: {args.model}, {n} factbook capital questions, greedy, max_turns "
@@ -295,27 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in trajs:
         stops[t.stop_reason] = stops.get(t.stop_reason, 0) + 1
     print(f"  batched run stop reasons: {stops}")
-    if decode is not None:
-        ms, timed, weight_bytes, bw, floor, f32_ms, int8_ms, int8_bytes, via_model, bws = decode
-        rounds = " / ".join(f"{x:.1f}" for x in f32_ms)
-        print(f"\n  one row decoding alone: {ms:.1f} ms/token (median of {rounds}) over {timed} tokens; "
-              f"weight-streaming floor {floor:.1f} ms/token ({weight_bytes / 1e6:.0f} MB of float32 weights read per "
-              f"token at {bw / 1e9:.1f} GB/s, the best read bandwidth of the rounds: "
-              f"{' / '.join(f'{b / 1e9:.1f}' for b in bws)}): {ms / floor:.2f}x the floor (goal <= 1.5x)")
-        for kind, xs in via_model.items():
-            if xs:
-                ref = sorted(xs)[len(xs) // 2]
-                ours = ms if kind == "float32" else sorted(int8_ms)[len(int8_ms) // 2]
-                print(f"  {kind}, each step through model(...) instead (RESEARCH_AGENT_FAST_DECODE=0): {ref:.1f} "
-                      f"ms/token (median of {' / '.join(f'{x:.1f}' for x in xs)}); the lean step is "
-                      f"{ours / ref:.2f}x its time")
-        if int8_ms:
-            q = sorted(int8_ms)[len(int8_ms) // 2]
-            own = 1000 * int8_bytes / bw
-            print(f"  the same with --quantize int8: {q:.1f} ms/token (median of "
-                  f"{' / '.join(f'{x:.1f}' for x in int8_ms)}): {q / floor:.2f}x the float32 floor, "
-                  f"{q / own:.2f}x its own floor of {own:.1f} ms ({int8_bytes / 1e6:.0f} MB per token); "
-                  f"{ms / q:.2f}x faster than float32")
+    print_decode(decode)
     return 0
 
 
