@@ -211,7 +211,16 @@ def test_a_request_past_its_deadline_is_answered_504_and_stopped(smol):
         calls = batched.calls
         time.sleep(1.0)
         assert batched.calls == calls  # no further chunk: the request is not left running
-        assert _one_token_s(url) < 2
+        # and the server answers again; on a loaded machine one token can take longer than the 1 s
+        # deadline itself, so a 504 there is tried again (a request left running would hold the
+        # worker for minutes, and the calls count above would have moved)
+        for attempt in range(3):
+            try:
+                assert _one_token_s(url) < 2
+                break
+            except urllib.error.HTTPError as e:
+                if e.code != 504 or attempt == 2:
+                    raise
     finally:
         srv.shutdown()
         srv.server_close()
