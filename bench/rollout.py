@@ -155,19 +155,22 @@ def decode_figures(args, model, tok, local):
             int8 = LocalPolicy(model, tok, name=args.model, quantize="int8")
             int8.generate([count], max_new_tokens=2)  # calibration, outside the timing
     f32_ms, int8_ms, via_model, bws = [], [], {"float32": [], "int8": []}, []
+    no_kernels: dict[str, list[float]] = {"float32": [], "int8": []}
     for _ in range(max(1, args.decode_rounds)):  # alternating, so machine drift falls on all
         ms, timed = one_row_decode_ms(local, count)
         f32_ms.append(ms)
         if int8 is not None:
             int8_ms.append(one_row_decode_ms(int8, count)[0])
-        if not args.skip_model_step:  # the reference: each decode step through model(...)
-            os.environ["RESEARCH_AGENT_FAST_DECODE"] = "0"
+        for env, refs in (("RESEARCH_AGENT_FAST_DECODE", via_model), ("RESEARCH_AGENT_DECODE_KERNELS", no_kernels)):
+            if args.skip_model_step:  # the references: each step through model(...); the lean step's torch ops
+                break
+            os.environ[env] = "0"
             try:
-                via_model["float32"].append(one_row_decode_ms(local, count)[0])
+                refs["float32"].append(one_row_decode_ms(local, count)[0])
                 if int8 is not None:
-                    via_model["int8"].append(one_row_decode_ms(int8, count)[0])
+                    refs["int8"].append(one_row_decode_ms(int8, count)[0])
             finally:
-                os.environ.pop("RESEARCH_AGENT_FAST_DECODE", None)
+                os.environ.pop(env, None)
         bws.append(read_bandwidth())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bw = max(bws)  # the best read of every round: the tightest floor
@@ -180,7 +183,7 @@ def decode_figures(args, model, tok, local):
                 w = m.base_layer.weight if hasattr(m, "base_layer") else m.weight
                 int8_bytes -= w.numel() * (w.element_size() - 1)
     return (sorted(f32_ms)[len(f32_ms) // 2], timed, weight_bytes, bw, 1000 * weight_bytes / bw,
-            f32_ms, int8_ms, int8_bytes, via_model, bws)
+            f32_ms, int8_ms, int8_bytes, via_model, bws, no_kernels)
 
 
 def worker_decode_figures(args, model, tok) -> dict[str, list[float]] | None:
@@ -221,19 +224,21 @@ def print_worker_decode(figures) -> None:
 def print_decode(decode) -> None:
     if decode is None:
         return
-    ms, timed, weight_bytes, bw, floor, f32_ms, int8_ms, int8_bytes, via_model, bws = decode
+    ms, timed, weight_bytes, bw, floor, f32_ms, int8_ms, int8_bytes, via_model, bws, no_kernels = decode
     rounds = " / ".join(f"{x:.1f}" for x in f32_ms)
     print(f"\n  one row decoding alone: {ms:.1f} ms/token (median of {rounds}) over {timed} tokens; "
           f"weight-streaming floor {floor:.1f} ms/token ({weight_bytes / 1e6:.0f} MB of float32 weights read per "
           f"token at {bw / 1e9:.1f} GB/s, the best read bandwidth of the rounds: "
           f"{' / '.join(f'{b / 1e9:.1f}' for b in bws)}): {ms / floor:.2f}x the floor (goal <= 1.5x)")
-    for kind, xs in via_model.items():
-        if xs:
-            ref = sorted(xs)[len(xs) // 2]
-            ours = ms if kind == "float32" else sorted(int8_ms)[len(int8_ms) // 2]
-            print(f"  {kind}, each step through model(...) instead (RESEARCH_AGENT_FAST_DECODE=0): {ref:.1f} "
-                  f"ms/token (median of {' / '.join(f'{x:.1f}' for x in xs)}); the lean step is "
-                  f"{ours / ref:.2f}x its time")
+    what = {"model": "each step through model(...) instead (RESEARCH_AGENT_FAST_DECODE=0)",
+            "ops": "the lean step on torch's ops, without the compiled kernels (RESEARCH_AGENT_DECODE_KERNELS=0)"}
+    for ref_kind, refs in (("model", via_model), ("ops", no_kernels)):
+        for kind, xs in refs.items():
+            if xs:
+                ref = sorted(xs)[len(xs) // 2]
+                ours = ms if kind == "float32" else sorted(int8_ms)[len(int8_ms) // 2]
+                print(f"  {kind}, {what[ref_kind]}: {ref:.1f} ms/token (median of "
+                      f"{' / '.join(f'{x:.1f}' for x in xs)}); the default step is {ours / ref:.2f}x its time")
     if int8_ms:
         q = sorted(int8_ms)[len(int8_ms) // 2]
         own = 1000 * int8_bytes / bw
@@ -270,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-pools", action="store_true",
                    help="skip the references that keep every thread's OpenMP pool (3c, 5b)")
     p.add_argument("--skip-model-step", action="store_true",
-                   help="skip the one-row reference that decodes each step through model(...)")
+                   help="skip the one-row references: each step through model(...), and the lean step without the compiled kernels")
     args = p.parse_args(argv)
 
     import torch

@@ -59,7 +59,8 @@ def supported(model) -> bool:
 
 class _Plan:
     """The modules one step reads, gathered once per generation (attribute walks cost microseconds
-    each, and a step makes hundreds of them)."""
+    each, and a step makes hundreds of them); with the compiled kernels, also each norm's weight with
+    the following int8 layer's input scale folded in."""
 
     def __init__(self, lm):
         cfg = lm.config
@@ -80,6 +81,51 @@ class _Plan:
                 (layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)),
                 mlp.gate_proj, mlp.up_proj, mlp.down_proj, mlp.act_fn,
             ))
+        self.kernels = None
+        if self.embed.weight.dtype == _float32() and all(n[0].dtype == _float32() for n in self._norms()):
+            from . import decode_kernels
+
+            lib = decode_kernels.library()
+            if lib is not None:
+                self.kernels = lib
+                self.fused = [self._fuse(layer) for layer in self.layers]
+                self.head_norm = _Norm(self.norm, self.lm_head.__dict__.get("int8_form"))
+
+    def _norms(self):
+        yield self.norm
+        for layer in self.layers:
+            yield layer[0]
+            yield layer[5]
+
+    @staticmethod
+    def _fuse(layer):
+        n1, q_proj, k_proj, v_proj, _, n2, gate, up, down, _ = layer
+        qkv = _group(q_proj, (q_proj, k_proj, v_proj))
+        gate_up = _group(gate, (gate, up))
+        down_form = down.__dict__.get("int8_form")
+        if down_form is not None and down_form.outliers is not None:
+            down_form = None  # its outlier channels would need SiLU * up gathered: take its own forward
+        return (qkv, _Norm(n1, qkv.int8 if qkv is not None else None),
+                gate_up, _Norm(n2, gate_up.int8 if gate_up is not None else None), down_form)
+
+
+def _float32():
+    import torch
+
+    return torch.float32
+
+
+class _Norm:
+    """An RMSNorm's weight for the kernel: as it is, and, where an int8 layer reads its output, with
+    that layer's input scale folded in and the unscaled weight of the layer's outlier channels."""
+
+    def __init__(self, norm: tuple, form=None):
+        self.weight, self.eps = norm[0].detach().contiguous(), norm[1]
+        self.form = form
+        if form is not None:
+            self.folded = (self.weight * form.inv).contiguous()
+            self.kept_idx = form.kept_idx
+            self.kept_weight = None if form.kept_idx is None else self.weight.index_select(0, form.kept_idx)
 
 
 def _eps(norm) -> float:
@@ -106,10 +152,21 @@ def decode_step(model, input_ids, attention_mask, position_ids, cache, steps: _P
     appended to ``cache``.  ``attention_mask`` [rows, cached + 1] marks each row's real positions
     (left padding is 0); ``position_ids`` [rows, 1] are the tokens' RoPE positions; ``steps`` is
     ``plan(model)``, made once for a generation's steps (made here when not given)."""
+    p = steps if steps is not None else plan(model)
+    if p.kernels is not None:
+        return _kernel_step(p, input_ids, attention_mask, position_ids, cache)
+    return _torch_step(p, input_ids, attention_mask, position_ids, cache)
+
+
+def _attention_mask(attention_mask):
+    """None when no row has padding (SDPA's fastest path), else [rows, 1, 1, keys] booleans."""
+    return None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
+
+
+def _torch_step(p: _Plan, input_ids, attention_mask, position_ids, cache):
     import torch
     import torch.nn.functional as F
 
-    p = steps if steps is not None else plan(model)
     rows = input_ids.shape[0]
     heads, kv_heads, hd = p.heads, p.kv_heads, p.head_dim
     half = hd // 2
@@ -117,9 +174,7 @@ def decode_step(model, input_ids, attention_mask, position_ids, cache, steps: _P
     width = (x.shape[-1],)
     cos, sin = p.rotary.forward(x, position_ids)
     cos, sin = cos[:, None], sin[:, None]  # [rows, 1, 1, head_dim]: broadcast over heads
-    mask = None
-    if not bool(attention_mask.all()):
-        mask = attention_mask.bool()[:, None, None, :]  # [rows, 1, 1, keys]
+    mask = _attention_mask(attention_mask)
     gqa = kv_heads != heads
 
     def rope(t):
@@ -150,3 +205,74 @@ def decode_step(model, input_ids, attention_mask, position_ids, cache, steps: _P
         x = x + down.forward(act(g) * u)
     x = F.rms_norm(x, width, p.norm[0], p.norm[1])
     return p.lm_head.forward(x)[:, -1, :]
+
+
+def _kernel_step(p: _Plan, input_ids, attention_mask, position_ids, cache):
+    """``_torch_step`` through ``decode_kernels``: one call per norm (with the residual add before
+    it and the int8 input scale in its weight), per rotary pass and per SiLU * up.  The activations
+    are [rows, hidden] matrices throughout; the matrices are called as in ``_torch_step``."""
+    import torch
+    import torch.nn.functional as F
+
+    from . import decode_kernels as K
+    from .fast_linear import INT8_MAX_ROWS
+
+    lib = p.kernels
+    rows = input_ids.shape[0]
+    heads, kv_heads, hd = p.heads, p.kv_heads, p.head_dim
+    x3 = p.embed.forward(input_ids)  # [rows, 1, hidden]: a new tensor, updated in place below
+    cos, sin = p.rotary.forward(x3, position_ids)
+    cos, sin = cos.reshape(rows, hd).contiguous(), sin.reshape(rows, hd).contiguous()
+    x = x3.reshape(rows, -1).contiguous()
+    h = torch.empty_like(x)
+    int8 = rows <= INT8_MAX_ROWS  # above, the int8 layers run their float32 weights (prefill sizes)
+    mask = _attention_mask(attention_mask)
+    gqa = kv_heads != heads
+    rotated = heads + kv_heads
+
+    def norm(n: _Norm, delta):
+        """h = RMSNorm(x += delta); and, for an int8 reader, x's outlier channels [rows, k] unscaled."""
+        if int8 and n.form is not None:
+            kept = None if n.kept_idx is None else x.new_empty(rows, n.kept_idx.numel())
+            K.add_rms_norm(lib, x, delta, n.folded, n.eps, h, n.kept_idx, n.kept_weight, kept)
+            return n.form, kept
+        K.add_rms_norm(lib, x, delta, n.weight, n.eps, h)
+        return None, None
+
+    delta = None
+    for i, (layer, (qkv, n1, gate_up, n2, down_form)) in enumerate(zip(p.layers, p.fused, strict=True)):
+        _, q_proj, k_proj, v_proj, o_proj, _, gate, up, down, _ = layer
+        form, kept = norm(n1, delta)
+        if qkv is not None:  # q, k and v side by side; one rotary pass over q and k
+            y = form.prescaled(h, kept) if form is not None else qkv(h)
+            K.rope(lib, y, rotated, hd, cos, sin)
+            heads_qkv = y.view(rows, 1, heads + 2 * kv_heads, hd).transpose(1, 2)
+            q, k, v = heads_qkv[:, :heads], heads_qkv[:, heads:rotated], heads_qkv[:, rotated:]
+        else:
+            q, k = q_proj.forward(h).contiguous(), k_proj.forward(h).contiguous()
+            K.rope(lib, q, heads, hd, cos, sin)
+            K.rope(lib, k, kv_heads, hd, cos, sin)
+            q = q.view(rows, 1, heads, hd).transpose(1, 2)
+            k = k.view(rows, 1, kv_heads, hd).transpose(1, 2)
+            v = v_proj.forward(h).view(rows, 1, kv_heads, hd).transpose(1, 2)
+        keys, values = cache.update(k, v, i)
+        if mask is not None and mask.shape[-1] != keys.shape[-2]:
+            raise ValueError(f"attention mask covers {mask.shape[-1]} positions, the cache {keys.shape[-2]}")
+        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+        delta = o_proj.forward(a.transpose(1, 2).reshape(rows, heads * hd)).contiguous()
+        form, kept = norm(n2, delta)
+        if gate_up is not None:
+            y = form.prescaled(h, kept) if form is not None else gate_up(h)
+            width = gate_up.widths[0]
+            g, u = y[:, :width], y[:, width:]
+        else:
+            g, u = gate.forward(h).contiguous(), up.forward(h).contiguous()
+        m = x.new_empty(rows, g.shape[-1])
+        if int8 and down_form is not None:
+            K.silu_mul(lib, g, u, down_form.inv, m)
+            delta = down_form.prescaled(m)
+        else:
+            K.silu_mul(lib, g, u, None, m)
+            delta = down.forward(m).contiguous()
+    form, kept = norm(p.head_norm, delta)
+    return (form.prescaled(h, kept) if form is not None else p.lm_head.forward(h)).reshape(rows, -1)

@@ -206,6 +206,25 @@ def _int8_linear(packed, inv_scale, exact, reduce_range, x, *args, outliers=None
     return y
 
 
+class Int8Form:
+    """One int8 matrix as ``decode_step`` calls it when it has applied the input scale itself
+    (folded into the RMSNorm weight before q/k/v and gate/up, into SiLU * up before down): the
+    ``x * inv`` multiply and the outlier-channel gather of ``_int8_linear`` are then already done."""
+
+    def __init__(self, packed, inv, reduce_range: bool, outliers):
+        self.packed, self.inv, self.reduce_range, self.outliers = packed, inv, reduce_range, outliers
+        self.kept_idx = None if outliers is None else outliers[0].long().contiguous()
+
+    def prescaled(self, xs, kept=None):
+        """``linear(x)`` from ``xs`` = x * inv and ``kept`` = x at the outlier channels [rows, k]."""
+        import torch
+
+        y = torch.ops.quantized.linear_dynamic(xs, self.packed, self.reduce_range)
+        if self.outliers is not None:
+            y = y + kept @ self.outliers[1]
+        return y
+
+
 def onednn_wanted() -> bool:
     """``RESEARCH_AGENT_ONEDNN`` if set (1 or 0), else: on every CPU but Intel's (where MKL is fast)."""
     flag = os.environ.get("RESEARCH_AGENT_ONEDNN", "").strip()
@@ -291,6 +310,7 @@ class DecodeLayers:
         swaps = [(m, w, m.base_layer.bias, partial(_kernel(w), w, m.base_layer.bias))
                  for (m, _), w in zip(lora, self._weights, strict=True)]
         inside = {id(m.base_layer) for m, _ in lora}
+        forms: list = []  # (module, its Int8Form): set as module.int8_form while applied
         plain = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and id(m) not in inside]
         if self.quantize == "int8":
             swaps += [(m, m.weight, m.bias, partial(_kernel(m.weight), m.weight, m.bias)) for m in plain
@@ -306,6 +326,7 @@ class DecodeLayers:
                 else:
                     quantized.append((m, w, b, partial(_int8_linear, int8[0], int8[1], exact, reduce,
                                                        outliers=int8[2])))
+                    forms.append((m, Int8Form(int8[0], int8[1], reduce, int8[2])))
             swaps = quantized
         else:
             swaps += [(m, m.weight, m.bias, partial(_onednn_linear, m.weight, m.bias)) for m in plain
@@ -315,18 +336,22 @@ class DecodeLayers:
             for members, packed, inv, outliers, widths in self._groups:
                 exact = _Unfused(members)
                 fn = partial(_int8_linear, packed, inv, exact, reduce, outliers=outliers)
-                grouped.append((members[0], DecodeGroup(members, widths, fn)))
+                grouped.append((members[0], DecodeGroup(members, widths, fn, Int8Form(packed, inv, reduce, outliers))))
         try:
             for m, _, _, fn in swaps:
                 m.forward = fn
             for m, group in grouped:
                 m.decode_group = group
+            for m, form in forms:
+                m.int8_form = form
             yield
         finally:
             for m, _, _, _ in swaps:
                 m.__dict__.pop("forward", None)
             for m, _ in grouped:
                 m.__dict__.pop("decode_group", None)
+            for m, _ in forms:
+                m.__dict__.pop("int8_form", None)
 
     def _calibrate(self, model, targets: list, reduce_range: bool) -> None:
         """One forward over the calibration ids through the real layers; each target's hook turns its
@@ -377,8 +402,8 @@ class DecodeGroup:
     side by side (``widths`` each), in ``members`` order.  Set as ``members[0].decode_group`` while
     ``DecodeLayers.applied`` is active; ``decode_step`` uses it for q/k/v and gate/up."""
 
-    def __init__(self, members: tuple, widths: tuple, fn):
-        self.members, self.widths, self._fn = members, widths, fn
+    def __init__(self, members: tuple, widths: tuple, fn, int8: Int8Form | None = None):
+        self.members, self.widths, self._fn, self.int8 = members, widths, fn, int8
 
     def __call__(self, x):
         return self._fn(x)

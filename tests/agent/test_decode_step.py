@@ -8,22 +8,9 @@ import torch
 from research_agent import decode_step, fast_linear
 from research_agent.fast_linear import DecodeLayers
 from research_agent.policy import LocalPolicy
-from research_agent.prefix_cache import growing
+from tests.decoding import prefill as _prefill
 
 LORA_SEED = 5  # the shared lora_model fixture (tests/agent/conftest.py) with this seed
-
-
-def _prefill(model, rows: list[list[int]], pad: int):
-    """A left-padded prefill into a growing cache, as ``prefix_cache`` makes them."""
-    from transformers import DynamicCache
-
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-    attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    cache = growing(DynamicCache(config=model.config))
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True)
-    return out.cache, attn, out.logits[:, -1].argmax(-1)
 
 
 @pytest.mark.parametrize("layers", ["plain", "merged"])
