@@ -173,6 +173,9 @@ def decode_figures(args, model, tok, local):
                 os.environ.pop(env, None)
         bws.append(read_bandwidth())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    embed = model.get_input_embeddings().weight
+    if embed is not model.get_output_embeddings().weight:  # untied: a decode step reads one row of it
+        weight_bytes -= embed.numel() * embed.element_size()
     bw = max(bws)  # the best read of every round: the tightest floor
     int8_bytes = None
     if int8 is not None:  # bytes per token through the int8 path: int8 copies + matrices kept float32
