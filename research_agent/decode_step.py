@@ -81,8 +81,10 @@ class _Plan:
                 (layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)),
                 mlp.gate_proj, mlp.up_proj, mlp.down_proj, mlp.act_fn,
             ))
+        import torch
+
         self.kernels = None
-        if self.embed.weight.dtype == _float32() and all(n[0].dtype == _float32() for n in self._norms()):
+        if self.embed.weight.dtype == torch.float32 and all(n[0].dtype == torch.float32 for n in self._norms()):
             from . import decode_kernels
 
             lib = decode_kernels.library()
@@ -107,12 +109,6 @@ class _Plan:
             down_form = None  # its outlier channels would need SiLU * up gathered: take its own forward
         return (qkv, _Norm(n1, qkv.int8 if qkv is not None else None),
                 gate_up, _Norm(n2, gate_up.int8 if gate_up is not None else None), down_form)
-
-
-def _float32():
-    import torch
-
-    return torch.float32
 
 
 class _Norm:
