@@ -95,6 +95,26 @@ class CodeAgentConfig:
         },
     )
 
+    stub_submits_last_run: bool = field(
+        default=True,
+        metadata={
+            "help": "a ```submit block whose entry point has no body (its signature and docstring only) "
+            "submits the code that last ran and defined it, as an empty block does. qwen2.5-coder-0.5b, "
+            "asked to submit code it had just run, wrote its signature and docstring again and closed the "
+            "block: 8 of 13 failed submissions on HumanEval code-only with feedback. false: the stub is "
+            "tested as written (results made before this option)"
+        },
+    )
+
+    flag_repeats: bool = field(
+        default=True,
+        metadata={
+            "help": "with test feedback, a submission or a run of the same code as a failed submission "
+            "is told so, with that submission's first failure, in place of the submit hint (greedy "
+            "models resubmit failing code unchanged). false: results made before this option"
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")

@@ -6,7 +6,8 @@ it out of the loss). Actions are plain text, as in the research agent and the se
 
     <search>pandas groupby mean</search>        look up API documentation
     ```python\\n...\\n```                          run code, see stdout and the error's last line
-    ```submit\\n...\\n```                          run the task's tests on the solution; ends the episode
+    ```submit\\n...\\n```                          run the task's tests on the solution; ends the episode,
+                                                 or, with test feedback, answers a failure and goes on
 
 Generation of one turn stops at ``</search>`` or at a code block's closing fence ("\\n```\\n"), so a
 turn holds at most one action; an opening fence with a language (```python) never matches the stop
@@ -20,6 +21,7 @@ block or tag left unclosed is accepted as if closed.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -129,7 +131,8 @@ class CodeEnvironment:
         self.limits = limits  # execute
         self.test_limits = test_limits  # submit: the task's tests
         self.submitted: str | None = None
-        self.last_run: str | None = None  # the last executed code that defines the entry point
+        self.last_run: str | None = None  # the last executed code that defines the entry point (with a body)
+        self.failed: dict[str, tuple[int, str]] = {}  # a failed submission's code (same_code) -> (number, failure)
         self.passed = False
 
     STOP_STRINGS = STOP_STRINGS  # the name parsers and demos have always used
@@ -169,13 +172,15 @@ class CodeEnvironment:
     def parse(self, traj: Trajectory, gen: Any, prompt: list[int], continued: int,
               seconds: float) -> tuple[Step, tuple[str, str]]:
         action, argument, valid, error = self.parse_text(gen.text, self.config.mode)
-        from_last_run = action == "submit" and not argument
+        stub = action == "submit" and bool(argument) and self._stub(argument)
+        from_last_run = action == "submit" and (not argument or stub)
         if action == "submit":
             argument, error = self.resolve_submit(argument)
             if error:
                 action, valid = "invalid", False
         info = {"finish_reason": gen.finish_reason, **({"continued": continued} if continued else {}),
-                **({"from_last_run": True} if from_last_run else {})}
+                **({"from_last_run": True} if from_last_run and valid else {}),
+                **({"stub": True} if stub and valid else {})}
         step = Step(action=action, argument=argument, completion=gen.text, valid=valid, error=error,
                     completion_ids=list(gen.token_ids), completion_logprobs=list(gen.logprobs), seconds=seconds,
                     info=info)
@@ -215,7 +220,7 @@ class CodeEnvironment:
         traj.gold["passed"] = bool(info.get("passed"))
         traj.stop_reason = "submit"
         # the test verdict is shown (and masked out), so a multi-episode learner sees why it failed
-        return body, ""
+        return self._stub_note(step, body), ""
 
     def _submit_with_feedback(self, traj: Trajectory, step: Step, code: str) -> tuple[str, str]:
         """Test the submission; it becomes the answer (the last one is scored). A pass ends the
@@ -228,14 +233,40 @@ class CodeEnvironment:
         traj.gold["passed"] = bool(info.get("passed"))
         last_turn = len(traj.steps) >= self.config.turn_limit
         if "visible_tests" in self.task.meta:  # the scoring tests are hidden: answer from the examples
-            return self._answer_from_examples(traj, step, last_turn)
+            body, note = self._answer_from_examples(traj, step, last_turn)
+            return self._stub_note(step, body), note
         if info.get("passed"):
             traj.stop_reason = "submit"
-            return body, ""
+            return self._stub_note(step, body), ""
         if last_turn:
             traj.stop_reason = "submit"
         details = failure_details(self.last_result) if self.last_result is not None else body
-        return prompts.TESTS_FAIL.format(details=details), self.budget_note(traj)
+        return self._stub_note(step, self._failed(step, details)), self.budget_note(traj)
+
+    def _failed(self, step: Step, details: str) -> str:
+        """The FAIL answer; a repeat of a failed submission is told so (``flag_repeats``)."""
+        body = prompts.TESTS_FAIL.format(details=details)
+        key = same_code(self.submitted or "")
+        if key in self.failed and self._option("flag_repeats"):
+            step.info["repeat_of"] = self.failed[key][0]
+            return f"{prompts.SAME_AS_FAILED.format(n=self.failed[key][0])}\n{body}"
+        self.failed.setdefault(key, (step.info.get("submission", len(self.failed) + 1), (details.splitlines() or [""])[0]))
+        return body
+
+    def _stub_note(self, step: Step, body: str) -> str:
+        if step.info.get("stub"):
+            return f"{prompts.STUB_SUBMITTED.format(name=self.task.entry_point)}\n{body}"
+        return body
+
+    def _option(self, name: str) -> bool:
+        """A ``CodeAgentConfig`` switch; on where the environment only parses and runs (no config)."""
+        return True if self.config is None else bool(getattr(self.config, name))
+
+    def _stub(self, code: str) -> bool:
+        """A submission to be read as "the code I just ran" (``stub_submits_last_run``; tool modes)."""
+        if self.config is not None and self.config.mode == "no-tools":
+            return False
+        return self._option("stub_submits_last_run") and entry_point_is_stub(code, self.task.entry_point)
 
     def _answer_from_examples(self, traj: Trajectory, step: Step, last_turn: bool) -> tuple[str, str]:
         """HumanEval-style feedback: the verdict on the prompt's own examples, never on the hidden
@@ -252,7 +283,7 @@ class CodeEnvironment:
             return prompts.EXAMPLES_PASSED, ""
         if last_turn:
             traj.stop_reason = "submit"
-        return prompts.TESTS_FAIL.format(details=failure_details(res)), self.budget_note(traj)
+        return self._failed(step, failure_details(res)), self.budget_note(traj)
 
     def budget_note(self, traj: Trajectory) -> str:
         """What the model must know about its remaining budget (never truncated away)."""
@@ -360,10 +391,13 @@ class CodeEnvironment:
             body = "\n".join(parts) if parts else prompts.NO_OUTPUT
             info = {"ok": res.ok, "error": res.error}
             defines = self._defines_entry_point(argument)
-            if defines:
+            if defines and not entry_point_is_stub(argument, self.task.entry_point):
                 self.last_run = argument
-            if self.submit_hint and res.ok and not res.error and defines:
-                # a note, not part of the body: the agent truncates bodies, never notes
+            failed = self.failed.get(same_code(argument)) if self.feedback and self._option("flag_repeats") else None
+            if failed is not None:  # a note, not part of the body: the agent truncates bodies, never notes
+                info["note"] = prompts.RAN_FAILED_CODE.format(n=failed[0], failure=failed[1], name=self.task.entry_point)
+                info["repeat_of"] = failed[0]
+            elif self.submit_hint and res.ok and not res.error and defines:
                 info["note"] = prompts.SUBMIT_HINT.format(name=self.task.entry_point)
             return truncate(body, OBSERVATION_CHARS), info, False
         if action == "submit":
@@ -378,13 +412,15 @@ class CodeEnvironment:
         return prompts.INVALID_ACTION.format(error=argument or "unrecognised output"), {}, False
 
     def resolve_submit(self, code: str) -> tuple[str, str | None]:
-        """(code to test, error): an empty submission means the last code that ran and defined the
-        entry point; with none, the model must be told rather than have an empty program tested."""
-        if code.strip():
+        """(code to test, error): an empty submission, or one whose entry point has no body
+        (``stub_submits_last_run``), means the last code that ran and defined the entry point; with
+        none, the model must be told rather than have an empty program tested."""
+        stub = bool(code.strip()) and self._stub(code)
+        if code.strip() and not stub:
             return code, None
         if self.last_run is not None:
             return self.last_run, None
-        return "", prompts.EMPTY_SUBMIT.format(name=self.task.entry_point)
+        return "", (prompts.STUB_SUBMIT if stub else prompts.EMPTY_SUBMIT).format(name=self.task.entry_point)
 
     def _defines_entry_point(self, code: str) -> bool:
         name = re.escape(self.task.entry_point)
@@ -407,6 +443,25 @@ class CodeEnvironment:
                 text = hit.snippet
             blocks.append(f"[{hit.title}]\n{truncate(text.strip(), HIT_CHARS)}")
         return truncate("\n\n".join(blocks), OBSERVATION_CHARS), {"hits": [h.chunk_id for h in hits]}, False
+
+
+def entry_point_is_stub(code: str, name: str) -> bool:
+    """Whether the last top-level definition of ``name`` in ``code`` has no body: only a docstring,
+    ``pass`` or ``...``. Code that does not parse, or does not define ``name``, is no stub."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    if not defs:
+        return False
+    return all(isinstance(b, ast.Pass) or (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+               and (isinstance(b.value.value, str) or b.value.value is Ellipsis)) for b in defs[-1].body)
+
+
+def same_code(code: str) -> str:
+    """``code`` without blank lines and trailing spaces: two submissions that differ only so are one."""
+    return "\n".join(ln.rstrip() for ln in code.splitlines() if ln.strip())
 
 
 _UNITTEST_HEADER = re.compile(r"^(FAIL|ERROR): (\S+)", re.M)

@@ -55,6 +55,18 @@ RUN_ERROR = "Error: {error}"
 TESTS_PASSED = "All tests passed."
 TESTS_FAILED = "Tests failed: {error}"
 TESTS_FAIL = "FAIL:\n{details}\nFix your code and submit again."
+# A ```submit block holding only the entry point's signature and docstring: the code that last ran.
+STUB_SUBMITTED = "Your ```submit block had `{name}` without a body, so the code you last ran was submitted."
+STUB_SUBMIT = (
+    "the ```submit block defines `{name}` without a body (its signature and docstring only) and no code "
+    "defining `{name}` has run yet; write the whole function inside the block"
+)
+# The same code as a failed submission, submitted or run again (greedy models repeat it unchanged).
+SAME_AS_FAILED = "This is the same code as your submission {n}, which failed."
+RAN_FAILED_CODE = (
+    "This is the code of your submission {n}, which failed: {failure}\nChange `{name}` so that it passes "
+    "before you submit again."
+)
 # With visible tests (HumanEval: the docstring's examples) the verdict never speaks for the hidden tests.
 EXAMPLES_PASSED = "PASS: the examples in the task pass. Submission accepted."
 SUBMITTED_NO_EXAMPLES = "Submitted: this task has no examples to check, so the submission is final."

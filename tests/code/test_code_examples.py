@@ -90,3 +90,54 @@ def test_feedback_on_humaneval_answers_from_the_examples_and_scores_the_hidden_t
     traj = CodeAgent(policy, no_examples, None, CodeAgentConfig(mode="code-only", test_feedback=True)).run()
     assert len(traj.steps) == 1 and traj.stop_reason == "submit" and traj.gold["passed"] is True
     assert "no examples" in traj.steps[0].observation
+
+
+def test_a_submitted_stub_means_the_code_that_ran_and_the_option_turns_it_off(smol, humaneval_all):
+    from research_agent.code.env import entry_point_is_stub
+
+    assert entry_point_is_stub('def f(x):\n    """Doc."""\n', "f") and entry_point_is_stub("def f(x):\n    ...\n", "f")
+    assert entry_point_is_stub('import os\ndef f(x):\n    """Doc."""\n    pass\n', "f")
+    assert not entry_point_is_stub('def f(x):\n    """Doc."""\n    return x\n', "f")
+    assert not entry_point_is_stub("def g(x):\n    pass\n", "f") and not entry_point_is_stub("def f(:\n", "f")
+
+    _, tok = smol
+    task = humaneval_all[0]
+    stub = task.meta["stub"]  # the signature and docstring: what qwen wrote in its ```submit blocks
+    script = [f"```python\n{task.meta['reference']}```\n", f"```submit\n{stub}```\n", "unused"]
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True)).run()
+    submit = traj.steps[1]
+    assert submit.info["stub"] and submit.info["from_last_run"] and submit.argument.strip() == task.meta["reference"].strip()
+    assert "without a body, so the code you last ran was submitted" in submit.observation
+    assert submit.info["visible_passed"] is True and traj.gold["passed"] is True and len(traj.steps) == 2
+
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True, stub_submits_last_run=False)).run()
+    assert traj.steps[1].argument.strip() == stub.strip() and traj.steps[1].info["visible_passed"] is False
+    assert "returned None" in traj.steps[1].observation and "stub" not in traj.steps[1].info
+
+    # nothing has run: the model is told to write the function, and no submission is tested
+    traj = CodeAgent(ScriptedPolicy(tok, [f"```submit\n{stub}```\n"]), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=1)).run()
+    assert traj.steps[0].action == "invalid" and "without a body" in traj.steps[0].observation
+    assert traj.count("submit") == 0 and not traj.gold.get("passed")
+
+
+def test_failed_code_run_or_submitted_again_is_named_as_the_failed_submission(smol, humaneval_all):
+    _, tok = smol
+    task = humaneval_all[0]
+    wrong = task.meta["stub"] + "    return False\n"
+    script = [f"```submit\n{wrong}```\n", f"```python\n{wrong}\n\n```\n", f"```submit\n{wrong}```\n", "unused"]
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3)).run()
+    first, run, again = traj.steps
+    assert "same code" not in first.observation and "repeat_of" not in first.info
+    # the run of the failed code is told so, with its failure, in place of "submit it"
+    assert run.info["repeat_of"] == 1 and "This is the code of your submission 1, which failed" in run.observation
+    assert "returned False, expected True" in run.observation and "submit it" not in run.observation
+    assert again.info["repeat_of"] == 1 and "same code as your submission 1" in again.observation
+    assert "returned False, expected True" in again.observation  # the verdict itself is still given
+
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, flag_repeats=False)).run()
+    assert "submit it" in traj.steps[1].observation and "same code" not in traj.steps[2].observation
