@@ -391,7 +391,7 @@ class CodeEnvironment:
             body = "\n".join(parts) if parts else prompts.NO_OUTPUT
             info = {"ok": res.ok, "error": res.error}
             defines = self._defines_entry_point(argument)
-            if defines and not entry_point_is_stub(argument, self.task.entry_point):
+            if defines and not self._stub(argument):  # a stub is not "the code that ran"
                 self.last_run = argument
             failed = self.failed.get(same_code(argument)) if self.feedback and self._option("flag_repeats") else None
             if failed is not None:  # a note, not part of the body: the agent truncates bodies, never notes
