@@ -250,7 +250,7 @@ class CodeEnvironment:
         if key in self.failed and self._option("flag_repeats"):
             step.info["repeat_of"] = self.failed[key][0]
             return f"{prompts.SAME_AS_FAILED.format(n=self.failed[key][0])}\n{body}"
-        self.failed.setdefault(key, (step.info.get("submission", len(self.failed) + 1), (details.splitlines() or [""])[0]))
+        self.failed.setdefault(key, (step.info["submission"], (details.splitlines() or [""])[0]))
         return body
 
     def _stub_note(self, step: Step, body: str) -> str:
