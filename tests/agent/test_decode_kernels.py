@@ -98,7 +98,7 @@ def test_an_int8_step_folds_the_input_scales_and_stays_close(lora_model, lib):
     """int8 rounds each input to 8 bits, so a last-bit difference before it (the scale folded into the
     norm's weight) can move a value by a step: the kernels' int8 step is not the torch ops' int8 step
     bit for bit, and both are held to float32. With this adapter (Intel Xeon): 0.9982 and 0.9955 for
-    the first row, 0.9998 for the second."""
+    the first row, 0.9998 for the second; looser on a CPU without VNNI (docs/architecture.md)."""
     if not fast_linear.int8_available():
         pytest.skip("this torch build has no x86 int8 linear kernel")
     model, tok = lora_model
@@ -128,8 +128,13 @@ def test_an_int8_step_folds_the_input_scales_and_stays_close(lora_model, lib):
             ops = step(decode_step._torch_step, steps)
     assert len(calls) >= 2 * model.config.num_hidden_layers  # q/k/v and gate/up at least, scale folded
     cos = F.cosine_similarity
-    assert cos(got, want, dim=-1).min() > 0.99 and cos(ops, want, dim=-1).min() > 0.99
-    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    assert cos(got, ops, dim=-1).min() > 0.999 and torch.equal(got.argmax(-1), ops.argmax(-1))
+    if not fast_linear._reduce_range():
+        assert cos(got, want, dim=-1).min() > 0.99 and cos(ops, want, dim=-1).min() > 0.99
+        assert torch.equal(got.argmax(-1), want.argmax(-1))
+    else:  # AVX2 alone (AMD EPYC): 7-bit inputs, 0.9751 and 0.9993; "2 + 2 =" has two tokens 0.85 apart
+        assert cos(got, want, dim=-1).min() > 0.97 and cos(ops, want, dim=-1).min() > 0.97
+        assert (got.topk(2, dim=-1).indices == want.argmax(-1, keepdim=True)).any(-1).all()
 
 
 def test_a_failed_build_warns_once_and_decoding_goes_on(monkeypatch, tmp_path, caplog, smol):

@@ -139,13 +139,16 @@ def test_int8_linear_is_close_at_decode_sizes_and_exact_for_prefills():
     w, b = torch.randn(1536, 576, generator=gen) * 0.05, torch.randn(1536, generator=gen)
     calib = torch.randn(64, 576, generator=gen)
     calib[:, 7] *= 40  # an outlier channel, as transformers have
-    packed, inv, outliers, err = fast_linear.smooth_int8(w, b, calib, F.linear(calib, w, b), False)
-    assert err < 0.02 and outliers is None  # smoothing alone was enough: no float32 channels
+    reduce = fast_linear._reduce_range()  # as DecodeLayers picks it on this CPU
+    # under 0.02 with VNNI or AMX; 0.023 on an AMD EPYC with AVX2 alone (7-bit inputs)
+    bound = 0.03 if reduce else 0.02
+    packed, inv, outliers, err = fast_linear.smooth_int8(w, b, calib, F.linear(calib, w, b), reduce)
+    assert err < bound and outliers is None  # smoothing alone was enough: no float32 channels
     # without the smoothing the outlier channel takes the 8 bits from the others
-    plain = torch.ops.quantized.linear_dynamic(calib, fast_linear.pack_int8(w, b), False)
+    plain = torch.ops.quantized.linear_dynamic(calib, fast_linear.pack_int8(w, b), reduce)
     ref_c = F.linear(calib, w, b)
     assert ((plain - ref_c).norm() / ref_c.norm()).item() > 2 * err
-    fn = partial(fast_linear._int8_linear, packed, inv, lambda x: F.linear(x, w, b), False)
+    fn = partial(fast_linear._int8_linear, packed, inv, lambda x: F.linear(x, w, b), reduce)
     x = torch.randn(3, 576, generator=gen)
     x[:, 7] *= 40
     ref = F.linear(x, w, b)
@@ -202,8 +205,11 @@ def test_int8_decode_keeps_the_next_token_and_follows_an_update(lora_model):
                 if n in saved:
                     p.copy_(saved[n])
     cos = torch.nn.functional.cosine_similarity
-    # a random adapter tripled, far from any trained model: 0.935 with this seed (AMD EPYC)
-    assert cos(got_after, ref_after, dim=0) > 0.9
+    # a random adapter tripled, far from any trained model: 0.935 with this seed (AMD EPYC with VNNI),
+    # 0.885 without VNNI (AVX2 alone: 7-bit inputs), where the stale calibration would give 0.760
+    after = cos(got_after, ref_after, dim=0)
+    assert after > (0.85 if fast_linear._reduce_range() else 0.9)
+    assert after > cos(got, ref_after, dim=0) + 0.05  # it follows the update
     assert cos(got_after, got, dim=0) < cos(got_after, ref_after, dim=0)
 
 
