@@ -216,6 +216,9 @@ LEGACY_AGENT_CONFIG = {
     "stop_loops": False,
     "submit_hint": False,
     "continue_quotes": False,
+    "stub_submits_last_run": False,
+    "flag_repeats": False,
+    "recall_passing_run": False,
 }
 
 

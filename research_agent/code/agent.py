@@ -115,6 +115,17 @@ class CodeAgentConfig:
         },
     )
 
+    recall_passing_run: bool = field(
+        default=True,
+        metadata={
+            "help": "with test feedback from a task's examples (HumanEval), a submission that fails them "
+            "is answered with the latest earlier run whose code passes them ('the code of your run N "
+            "passes these examples'), and an empty ```submit block then submits that code. "
+            "qwen2.5-coder-0.5b ran correct code and then submitted another body (`return False`) in 3 "
+            "of 77 re-run HumanEval tasks. false: results made before this option"
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")

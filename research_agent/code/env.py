@@ -133,6 +133,9 @@ class CodeEnvironment:
         self.submitted: str | None = None
         self.last_run: str | None = None  # the last executed code that defines the entry point (with a body)
         self.failed: dict[str, tuple[int, str]] = {}  # a failed submission's code (same_code) -> (number, failure)
+        self.runs: list[tuple[int, str]] = []  # (run number, code) of each run defining the entry point
+        self.executes = 0
+        self._passes_examples: dict[str, bool] = {}  # same_code -> verdict of the examples on it
         self.passed = False
 
     STOP_STRINGS = STOP_STRINGS  # the name parsers and demos have always used
@@ -283,7 +286,29 @@ class CodeEnvironment:
             return prompts.EXAMPLES_PASSED, ""
         if last_turn:
             traj.stop_reason = "submit"
-        return self._failed(step, failure_details(res)), self.budget_note(traj)
+        body = self._failed(step, failure_details(res))
+        run = None if last_turn else self._passing_run()
+        if run is not None:
+            step.info["passing_run"] = run[0]
+            self.last_run = run[1]
+            body = f"{body}\n{prompts.RUN_PASSES_EXAMPLES.format(n=run[0])}"
+        return body, self.budget_note(traj)
+
+    def _passing_run(self) -> tuple[int, str] | None:
+        """The latest earlier run whose code, other than the failed submission's, passes the
+        examples (``recall_passing_run``). Each distinct code is checked once, in the sandbox."""
+        if not self._option("recall_passing_run"):
+            return None
+        failed = same_code(self.submitted or "")
+        for n, code in reversed(self.runs):
+            key = same_code(code)
+            if key == failed or key in self.failed:
+                continue
+            if key not in self._passes_examples:
+                self._passes_examples[key] = run_tests(self.task, code, self.test_limits, visible=True).ok
+            if self._passes_examples[key]:
+                return n, code
+        return None
 
     def budget_note(self, traj: Trajectory) -> str:
         """What the model must know about its remaining budget (never truncated away)."""
@@ -385,6 +410,7 @@ class CodeEnvironment:
             return self._search(argument)
         if action == "execute":
             res = run_python(argument, self.limits)
+            self.executes += 1
             parts = [res.stdout.rstrip()] if res.stdout.strip() else []
             if res.error:
                 parts.append(prompts.RUN_ERROR.format(error=res.error))
@@ -393,6 +419,7 @@ class CodeEnvironment:
             defines = self._defines_entry_point(argument)
             if defines and not self._stub(argument):  # a stub is not "the code that ran"
                 self.last_run = argument
+                self.runs.append((self.executes, argument))
             failed = self.failed.get(same_code(argument)) if self.feedback and self._option("flag_repeats") else None
             if failed is not None:  # a note, not part of the body: the agent truncates bodies, never notes
                 info["note"] = prompts.RAN_FAILED_CODE.format(n=failed[0], failure=failed[1], name=self.task.entry_point)

@@ -67,6 +67,11 @@ RAN_FAILED_CODE = (
     "This is the code of your submission {n}, which failed: {failure}\nChange `{name}` so that it passes "
     "before you submit again."
 )
+# A failed submission after a run whose code passes those examples (qwen ran the right code, then
+# submitted another body): that code becomes what an empty block submits.
+RUN_PASSES_EXAMPLES = (
+    "The code of your run {n} passes these examples: an empty ```submit block submits it."
+)
 # With visible tests (HumanEval: the docstring's examples) the verdict never speaks for the hidden tests.
 EXAMPLES_PASSED = "PASS: the examples in the task pass. Submission accepted."
 SUBMITTED_NO_EXAMPLES = "Submitted: this task has no examples to check, so the submission is final."

@@ -141,3 +141,31 @@ def test_failed_code_run_or_submitted_again_is_named_as_the_failed_submission(sm
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
                      CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, flag_repeats=False)).run()
     assert "submit it" in traj.steps[1].observation and "same code" not in traj.steps[2].observation
+
+
+def test_a_failed_submission_names_the_earlier_run_that_passes_the_examples(smol, humaneval_all):
+    _, tok = smol
+    task = humaneval_all[0]
+    wrong = task.meta["stub"] + "    return False\n"
+    # qwen's HumanEval/0: the right code ran, then another body was submitted
+    script = [f"```python\n{task.meta['reference']}```\n", f"```python\n{wrong}```\n",
+              f"```submit\n{wrong}```\n", "```submit\n```\n", "unused"]
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=5)).run()
+    failed, empty = traj.steps[2], traj.steps[3]
+    assert failed.info["visible_passed"] is False and failed.info["passing_run"] == 1
+    assert "The code of your run 1 passes these examples" in failed.observation
+    assert "returned False, expected True" in failed.observation  # after the verdict, not in its place
+    assert empty.info["from_last_run"] and empty.argument.strip() == task.meta["reference"].strip()
+    assert empty.info["visible_passed"] is True and traj.gold["passed"] is True and len(traj.steps) == 4
+
+    off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=5, recall_passing_run=False)
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None, off).run()
+    assert "passing_run" not in traj.steps[2].info and "passes these examples" not in traj.steps[2].observation
+    assert traj.steps[3].argument.strip() == wrong.strip() and traj.gold["passed"] is False  # the last run
+
+    # only failing code ran: nothing to recall
+    script = [f"```python\n{wrong}```\n", f"```submit\n{wrong}```\n", "unused"]
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3)).run()
+    assert "passing_run" not in traj.steps[1].info and "passes these examples" not in traj.steps[1].observation
