@@ -80,6 +80,7 @@ def code_metrics(trajs: list[Trajectory]) -> dict[str, Any]:
         "n": n,
         "pass_at_1": mean(bool(t.gold.get("passed")) for t in trajs),
         "submitted": mean(t.count("submit") > 0 for t in trajs),
+        "autosubmitted": mean(bool(t.meta.get("autosubmitted")) for t in trajs),
         "tool_calls": {a: mean(t.count(a) for t in trajs) for a in COUNTED},
         "refused_calls": mean(sum(1 for s in t.steps if s.info.get("refused")) for t in trajs),
         "execution_error_rate": mean(
@@ -219,6 +220,7 @@ LEGACY_AGENT_CONFIG = {
     "stub_submits_last_run": False,
     "flag_repeats": False,
     "recall_passing_run": False,
+    "submit_last_run_at_limit": False,
 }
 
 

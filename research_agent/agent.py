@@ -193,6 +193,9 @@ class ResearchEnvironment:
     def done(self, traj: Trajectory) -> bool:
         return False  # only the answer ends a research episode
 
+    def out_of_budget(self, traj: Trajectory) -> None:
+        return None  # no answer is made up for the model: an unanswered question scores nothing
+
     def wrap(self, body: str) -> str:
         return prompts.OBSERVATION.format(body=body)
 

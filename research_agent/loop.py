@@ -82,6 +82,10 @@ class Environment(Protocol):
     def done(self, traj: Trajectory) -> bool:
         """After a tool action: has the episode ended (e.g. a submission with test feedback passed)?"""
 
+    def out_of_budget(self, traj: Trajectory) -> None:
+        """The turns or tokens ran out before a final action (``traj.stop_reason`` says which): the
+        last chance to settle the episode (the code agent scores the code that last ran)."""
+
     def wrap(self, body: str) -> str:
         """The observation text as it enters the token stream."""
 
@@ -123,11 +127,9 @@ def chat_prompt_ids(tokenizer, messages: list[dict], max_total_tokens: int, what
 # ---- nodes --------------------------------------------------------------------------------------
 def policy_node(state: EpisodeState) -> Command[Literal["tool", "final", "policy", "__end__"]]:
     traj, env = state["traj"], state["env"]
-    if exceeded_turns(traj, env):
-        traj.stop_reason = "max_turns"
-        return Command(goto=END)
-    if exceeded_tokens(traj, env):
-        traj.stop_reason = "max_tokens"
+    if exceeded_turns(traj, env) or exceeded_tokens(traj, env):
+        traj.stop_reason = "max_turns" if exceeded_turns(traj, env) else "max_tokens"
+        env.out_of_budget(traj)
         return Command(goto=END)
     prompt = env.prompt(traj)
     budget = min(env.config.max_new_tokens, env.window - len(prompt))

@@ -195,6 +195,21 @@ class CodeEnvironment:
     def done(self, traj: Trajectory) -> bool:
         return self.feedback and traj.stop_reason == "submit"
 
+    def out_of_budget(self, traj: Trajectory) -> None:
+        """SWE-agent's autosubmit (``submit_last_run_at_limit``): an episode that ran out of turns
+        having run the entry point but never had a submission tested is scored on the code that last
+        ran. ``traj.meta["autosubmitted"]`` says so; no submit step is added, so the submit rate and
+        the shaped reward's no-submission penalty still read the model's own actions."""
+        if not self._option("submit_last_run_at_limit") or self.config is None or self.config.mode == "no-tools":
+            return
+        if self.submitted is not None or self.last_run is None:
+            return
+        res = run_tests(self.task, self.last_run, self.test_limits)
+        self.submitted, self.passed, self.last_result = self.last_run, res.ok, res
+        traj.answer = self.last_run
+        traj.gold["passed"] = res.ok
+        traj.meta["autosubmitted"] = True
+
     def invalid(self, traj: Trajectory, step: Step, action: tuple[str, str]) -> tuple[str, str]:
         body, _, _ = self.run("invalid", step.error or "")
         return body, self.budget_note(traj)

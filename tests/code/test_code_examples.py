@@ -169,3 +169,31 @@ def test_a_failed_submission_names_the_earlier_run_that_passes_the_examples(smol
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
                      CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3)).run()
     assert "passing_run" not in traj.steps[1].info and "passes these examples" not in traj.steps[1].observation
+
+
+def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, humaneval_all):
+    from eval.code import code_metrics
+    from rewards.code import code_shaped_reward
+
+    _, tok = smol
+    task = humaneval_all[0]
+    ran = [f"```python\n{task.meta['reference']}```\n"] * 2  # qwen's HumanEval/76: runs, never a submission
+    traj = CodeAgent(ScriptedPolicy(tok, ran + ["unused"]), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=2)).run()
+    assert traj.stop_reason == "max_turns" and traj.count("submit") == 0
+    assert traj.meta["autosubmitted"] and traj.gold["passed"] is True
+    assert traj.answer.strip() == task.meta["reference"].strip()
+    metrics = code_metrics([traj])
+    assert metrics["submitted"] == 0.0 and metrics["autosubmitted"] == 1.0 and metrics["pass_at_1"] == 1.0
+    assert code_shaped_reward(traj).score == -0.1  # the model's own protocol is still read
+
+    off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=2, submit_last_run_at_limit=False)
+    traj = CodeAgent(ScriptedPolicy(tok, ran + ["unused"]), task, None, off).run()
+    assert not traj.gold.get("passed") and "autosubmitted" not in traj.meta and traj.answer is None
+
+    # a failed submission at the limit stays the scored one; the later run is not submitted for it
+    wrong = task.meta["stub"] + "    return False\n"
+    script = [f"```submit\n{wrong}```\n", ran[0], "unused"]
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=2)).run()
+    assert traj.stop_reason == "max_turns" and "autosubmitted" not in traj.meta and traj.gold["passed"] is False
