@@ -129,8 +129,9 @@ class CodeAgentConfig:
     submit_last_run_at_limit: bool = field(
         default=True,
         metadata={
-            "help": "an episode that runs out of turns with code run but no submission tested is scored "
-            "on the code that last ran and defined the entry point (SWE-agent's autosubmit); the "
+            "help": "an episode that runs out of turns is scored on the code that last ran and defined the "
+            "entry point when no submission was tested, or when that run came after the last failed "
+            "submission and differs from every failed one (SWE-agent's autosubmit); the "
             "trajectory's meta says autosubmitted, and the submit rate and the shaped reward's "
             "no-submission penalty still count the model's own submissions. qwen2.5-coder-0.5b ran code "
             "five times without submitting in 10 of 164 HumanEval tasks. false: results made before this "

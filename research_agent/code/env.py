@@ -135,6 +135,7 @@ class CodeEnvironment:
         self.failed: dict[str, tuple[int, str]] = {}  # a failed submission's code (same_code) -> (number, failure)
         self.runs: list[tuple[int, str]] = []  # (run number, code) of each run defining the entry point
         self.executes = 0
+        self._failed_at_run: int | None = None  # the run count when a submission was last answered FAIL
         self._passes_examples: dict[str, bool] = {}  # same_code -> verdict of the examples on it
         self.passed = False
 
@@ -197,18 +198,31 @@ class CodeEnvironment:
 
     def out_of_budget(self, traj: Trajectory) -> None:
         """SWE-agent's autosubmit (``submit_last_run_at_limit``): an episode that ran out of turns
-        having run the entry point but never had a submission tested is scored on the code that last
-        ran. ``traj.meta["autosubmitted"]`` says so; no submit step is added, so the submit rate and
-        the shaped reward's no-submission penalty still read the model's own actions."""
+        having run the entry point is scored on the code that last ran when no submission was tested,
+        or when that run came after the last FAIL answer (the fix being tried). ``traj.meta
+        ["autosubmitted"]`` says so; no submit step is added, so the submit rate and the shaped
+        reward's no-submission penalty still read the model's own actions."""
         if not self._option("submit_last_run_at_limit") or self.config is None or self.config.mode == "no-tools":
             return
-        if self.submitted is not None or self.last_run is None:
+        code = self.last_run if self.submitted is None else self._run_after_failure()
+        if code is None:
             return
-        res = run_tests(self.task, self.last_run, self.test_limits)
-        self.submitted, self.passed, self.last_result = self.last_run, res.ok, res
-        traj.answer = self.last_run
+        res = run_tests(self.task, code, self.test_limits)
+        self.submitted, self.passed, self.last_result = code, res.ok, res
+        traj.answer = code
         traj.gold["passed"] = res.ok
         traj.meta["autosubmitted"] = True
+
+    def _run_after_failure(self) -> str | None:
+        """The code of a run made after the last submission was answered FAIL, unless it is a failed
+        submission's code: the fix the model was trying when its turns ran out. Decided on what the
+        model was shown (the FAIL answer), never on the hidden score."""
+        if self._failed_at_run is None or not self.runs:
+            return None
+        n, code = self.runs[-1]
+        if n <= self._failed_at_run or same_code(code) in self.failed:
+            return None
+        return code
 
     def invalid(self, traj: Trajectory, step: Step, action: tuple[str, str]) -> tuple[str, str]:
         body, _, _ = self.run("invalid", step.error or "")
@@ -265,6 +279,7 @@ class CodeEnvironment:
         """The FAIL answer; a repeat of a failed submission is told so (``flag_repeats``)."""
         body = prompts.TESTS_FAIL.format(details=details)
         key = same_code(self.submitted or "")
+        self._failed_at_run = self.executes  # runs after this one are the model's next attempt
         if key in self.failed and self._option("flag_repeats"):
             step.info["repeat_of"] = self.failed[key][0]
             return f"{prompts.SAME_AS_FAILED.format(n=self.failed[key][0])}\n{body}"

@@ -191,9 +191,20 @@ def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, human
     traj = CodeAgent(ScriptedPolicy(tok, ran + ["unused"]), task, None, off).run()
     assert not traj.gold.get("passed") and "autosubmitted" not in traj.meta and traj.answer is None
 
-    # a failed submission at the limit stays the scored one; the later run is not submitted for it
+    # a run after a failed submission is the fix being tried: scored at the limit (DataFrameBench's
+    # execute, submit, execute, submit, execute), unless it is a failed submission's code again
     wrong = task.meta["stub"] + "    return False\n"
     script = [f"```submit\n{wrong}```\n", ran[0], "unused"]
-    traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
-                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=2)).run()
-    assert traj.stop_reason == "max_turns" and "autosubmitted" not in traj.meta and traj.gold["passed"] is False
+    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=2)
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None, cfg).run()
+    assert traj.stop_reason == "max_turns" and traj.count("submit") == 1
+    assert traj.meta["autosubmitted"] and traj.gold["passed"] is True
+    assert traj.answer.strip() == task.meta["reference"].strip()
+
+    again = [f"```submit\n{wrong}```\n", f"```python\n{wrong}```\n", "unused"]
+    traj = CodeAgent(ScriptedPolicy(tok, again), task, None, cfg).run()
+    assert "autosubmitted" not in traj.meta and traj.gold["passed"] is False and traj.answer.strip() == wrong.strip()
+
+    before = [ran[0], f"```submit\n{wrong}```\n", "unused"]  # the run came before the FAIL answer
+    traj = CodeAgent(ScriptedPolicy(tok, before), task, None, cfg).run()
+    assert "autosubmitted" not in traj.meta and traj.gold["passed"] is False
