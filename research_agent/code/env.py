@@ -207,10 +207,8 @@ class CodeEnvironment:
         code = self.last_run if self.submitted is None else self._run_after_failure()
         if code is None:
             return
-        res = run_tests(self.task, code, self.test_limits)
-        self.submitted, self.passed, self.last_result = code, res.ok, res
-        traj.answer = code
-        traj.gold["passed"] = res.ok
+        _, info, _ = self.run("submit", code)  # tested and recorded as any submission is
+        traj.answer, traj.gold["passed"] = code, bool(info.get("passed"))
         traj.meta["autosubmitted"] = True
 
     def _run_after_failure(self) -> str | None:
