@@ -81,6 +81,10 @@ def code_metrics(trajs: list[Trajectory]) -> dict[str, Any]:
         "pass_at_1": mean(bool(t.gold.get("passed")) for t in trajs),
         "submitted": mean(t.count("submit") > 0 for t in trajs),
         "autosubmitted": mean(bool(t.meta.get("autosubmitted")) for t in trajs),
+        # turns drawn again because they repeated a failed submission's code (redraw_repeats), and
+        # turns that repeated one all the same
+        "redrawn_turns": mean(sum(1 for s in t.steps if s.info.get("redrawn")) for t in trajs),
+        "repeated_turns": mean(sum(1 for s in t.steps if s.info.get("repeat_of")) for t in trajs),
         "tool_calls": {a: mean(t.count(a) for t in trajs) for a in COUNTED},
         "refused_calls": mean(sum(1 for s in t.steps if s.info.get("refused")) for t in trajs),
         "execution_error_rate": mean(
@@ -221,6 +225,7 @@ LEGACY_AGENT_CONFIG = {
     "flag_repeats": False,
     "recall_passing_run": False,
     "submit_last_run_at_limit": False,
+    "redraw_repeats": 0,
 }
 
 

@@ -193,6 +193,9 @@ class ResearchEnvironment:
     def done(self, traj: Trajectory) -> bool:
         return False  # only the answer ends a research episode
 
+    def redraw(self, traj: Trajectory, step: Step, draws: int) -> float | None:
+        return None  # every research turn is taken as drawn
+
     def out_of_budget(self, traj: Trajectory) -> None:
         return None  # no answer is made up for the model: an unanswered question scores nothing
 

@@ -1,7 +1,7 @@
 """The agent loop: one LangGraph graph, compiled once, that drives any ``Environment``.
 
 policy → (tool → policy)* → final → end.  The policy node generates one turn, the environment
-parses it into a step; a tool step runs in the tool node and its observation goes back into the
+parses it into a step (and may have it drawn again before it is taken); a tool step runs in the tool node and its observation goes back into the
 stream; an invalid step is told why; a final step (the research agent's answer, the code agent's
 submission) ends the episode in the final node.  Each node returns a ``Command`` naming the next
 node, so the possible transitions are in the type.
@@ -82,6 +82,11 @@ class Environment(Protocol):
     def done(self, traj: Trajectory) -> bool:
         """After a tool action: has the episode ended (e.g. a submission with test feedback passed)?"""
 
+    def redraw(self, traj: Trajectory, step: Step, draws: int) -> float | None:
+        """A parsed turn, not yet taken: the temperature to draw it again at, or None to take it.
+        ``draws`` is how many times this turn was drawn again already (the code agent draws a turn
+        that repeats failed code again, ``CodeAgentConfig.redraw_repeats``)."""
+
     def out_of_budget(self, traj: Trajectory) -> None:
         """The turns or tokens ran out before a final action (``traj.stop_reason`` says which): the
         last chance to settle the episode (the code agent scores the code that last ran)."""
@@ -136,6 +141,13 @@ def policy_node(state: EpisodeState) -> Command[Literal["tool", "final", "policy
     t0 = _now()
     gen, continued = generate_turn(state["policy"], env, prompt, budget)
     step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
+    draws = 0
+    while (temperature := env.redraw(traj, step, draws)) is not None:
+        draws += 1
+        gen, continued = generate_turn(state["policy"], env, prompt, budget, temperature)
+        step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
+    if draws:
+        step.info["redrawn"] = draws
     traj.append_turn(step)
     if env.is_final(step):
         return Command(goto="final", update={"pending": action})
@@ -170,15 +182,17 @@ def final_node(state: EpisodeState) -> Command[Literal["__end__"]]:
     return Command(goto=END)
 
 
-def generate_turn(policy, env: Environment, prompt: list[int], budget: int) -> tuple[Generation, int]:
+def generate_turn(policy, env: Environment, prompt: list[int], budget: int,
+                  temperature: float | None = None) -> tuple[Generation, int]:
     """One policy turn, continued past stop strings the environment reads as no action's end.
 
-    Each continuation is a new call on the turn so far, so its tokens and log-probs are exactly
+    ``temperature`` overrides the config's (a redrawn turn). Each continuation is a new call on the turn so far, so its tokens and log-probs are exactly
     what the model produced; the turn's finish reason is the last call's.
     """
     text, ids, lps, reason, continued = "", [], [], "stop", 0
+    temperature = env.config.temperature if temperature is None else temperature
     while True:
-        gen = policy.generate([prompt + ids], max_new_tokens=budget - len(ids), temperature=env.config.temperature,
+        gen = policy.generate([prompt + ids], max_new_tokens=budget - len(ids), temperature=temperature,
                               stop=env.stop_strings, stop_loops=env.stop_loops)[0]
         text, ids, lps, reason = text + gen.text, ids + list(gen.token_ids), lps + list(gen.logprobs), gen.finish_reason
         done = reason != "stop" or len(ids) >= budget or not gen.token_ids or continued == MAX_CONTINUATIONS

@@ -148,7 +148,10 @@ class CodeTasks:
     def agent_config(self, cfg: Any) -> Any:
         from .code.agent import CodeAgentConfig
 
-        return CodeAgentConfig(mode=cfg.code_mode, test_feedback=cfg.test_feedback, **_limits(cfg))
+        # rollouts take every turn as sampled: a repeated failed submission must cost reward, not be
+        # drawn again out of the policy's sight
+        return CodeAgentConfig(mode=cfg.code_mode, test_feedback=cfg.test_feedback, redraw_repeats=0,
+                               **_limits(cfg))
 
     def group_items(self, task: Any, step: int, cfg: Any) -> list[dict]:
         return [{"id": f"{task.id}::s{step}g{g}", "task": task} for g in range(cfg.group_size)]

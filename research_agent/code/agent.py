@@ -139,6 +139,23 @@ class CodeAgentConfig:
         },
     )
 
+    redraw_repeats: int = field(
+        default=2,
+        metadata={
+            "help": "with test feedback, a turn that runs or submits the same code as a failed submission "
+            "is drawn again, at redraw_temperature, up to this many times before it is taken (and then "
+            "flagged as a repeat). Greedy decoding repeats itself: qwen2.5-coder-0.5b, told its submission "
+            "failed, ran or submitted the same code again in 44 of 53 HumanEval tasks, and no failed "
+            "submission was ever fixed. The redrawn turn is a sample, so such runs are not deterministic. "
+            "Off in RL rollouts (a repeat there must cost reward, not be hidden). 0: results made before "
+            "this option"
+        },
+    )
+
+    redraw_temperature: float = field(
+        default=0.7, metadata={"help": "the temperature a repeated turn is drawn again at (redraw_repeats)"}
+    )
+
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
@@ -148,6 +165,8 @@ class CodeAgentConfig:
             )
         if self.max_turns < 1 or self.max_new_tokens < 1 or self.observation_tokens < 1:
             raise ValueError("max_turns, max_new_tokens and observation_tokens must be at least 1")
+        if self.redraw_repeats < 0 or self.redraw_temperature <= 0:
+            raise ValueError("redraw_repeats must be at least 0 and redraw_temperature above 0")
 
     @property
     def turn_limit(self) -> int:

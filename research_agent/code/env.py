@@ -196,6 +196,18 @@ class CodeEnvironment:
     def done(self, traj: Trajectory) -> bool:
         return self.feedback and traj.stop_reason == "submit"
 
+    def redraw(self, traj: Trajectory, step: Step, draws: int) -> float | None:
+        """Draw a turn again when it would run or submit a failed submission's code
+        (``redraw_repeats``): told the code failed, a greedy model repeats it, and a repeated turn
+        can only fail again. The turn is taken as it is once the draws are spent (then flagged as a
+        repeat) or on a turn that is not such a repeat."""
+        cfg = self.config
+        if cfg is None or not self.feedback or draws >= cfg.redraw_repeats or not self.failed:
+            return None
+        if not step.valid or step.action not in ("execute", "submit"):
+            return None
+        return cfg.redraw_temperature if same_code(step.argument) in self.failed else None
+
     def out_of_budget(self, traj: Trajectory) -> None:
         """SWE-agent's autosubmit (``submit_last_run_at_limit``): an episode that ran out of turns
         having run the entry point is scored on the code that last ran when no submission was tested,

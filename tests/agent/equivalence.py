@@ -65,7 +65,8 @@ def record(model, tok, browser, corpus_dir: Path, docs_browser, code_tasks, work
                           CodeAgentConfig(mode="multi-tool", max_turns=3, max_new_tokens=96,
                                           # the recording predates these switches (their own tests: test_code_examples)
                                           stub_submits_last_run=False, flag_repeats=False,
-                                          recall_passing_run=False, submit_last_run_at_limit=False),
+                                          recall_passing_run=False, submit_last_run_at_limit=False,
+                                          redraw_repeats=0),
                           progress=False,
                           concurrency=1)
     tasks = work / "tasks.jsonl"

@@ -3,6 +3,8 @@ wrong examples, and test feedback that answers from them and never from the hidd
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from research_agent.code.agent import CodeAgent, CodeAgentConfig
 from research_agent.code.env import failure_details
 from research_agent.code.examples import docstring_examples, validated_examples, visible_test_script
@@ -129,7 +131,7 @@ def test_failed_code_run_or_submitted_again_is_named_as_the_failed_submission(sm
     wrong = task.meta["stub"] + "    return False\n"
     script = [f"```submit\n{wrong}```\n", f"```python\n{wrong}\n\n```\n", f"```submit\n{wrong}```\n", "unused"]
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
-                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3)).run()
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, redraw_repeats=0)).run()
     first, run, again = traj.steps
     assert "same code" not in first.observation and "repeat_of" not in first.info
     # the run of the failed code is told so, with its failure, in place of "submit it"
@@ -139,7 +141,8 @@ def test_failed_code_run_or_submitted_again_is_named_as_the_failed_submission(sm
     assert "returned False, expected True" in again.observation  # the verdict itself is still given
 
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
-                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, flag_repeats=False)).run()
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, flag_repeats=False,
+                                     redraw_repeats=0)).run()
     assert "submit it" in traj.steps[1].observation and "same code" not in traj.steps[2].observation
 
 
@@ -159,7 +162,8 @@ def test_a_failed_submission_names_the_earlier_run_that_passes_the_examples(smol
     assert empty.info["from_last_run"] and empty.argument.strip() == task.meta["reference"].strip()
     assert empty.info["visible_passed"] is True and traj.gold["passed"] is True and len(traj.steps) == 4
 
-    off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=5, recall_passing_run=False)
+    off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=5, recall_passing_run=False,
+                          redraw_repeats=0)
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None, off).run()
     assert "passing_run" not in traj.steps[2].info and "passes these examples" not in traj.steps[2].observation
     assert traj.steps[3].argument.strip() == wrong.strip() and traj.gold["passed"] is False  # the last run
@@ -202,9 +206,51 @@ def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, human
     assert traj.answer.strip() == task.meta["reference"].strip()
 
     again = [f"```submit\n{wrong}```\n", f"```python\n{wrong}```\n", "unused"]
-    traj = CodeAgent(ScriptedPolicy(tok, again), task, None, cfg).run()
+    traj = CodeAgent(ScriptedPolicy(tok, again), task, None, replace(cfg, redraw_repeats=0)).run()
     assert "autosubmitted" not in traj.meta and traj.gold["passed"] is False and traj.answer.strip() == wrong.strip()
 
     before = [ran[0], f"```submit\n{wrong}```\n", "unused"]  # the run came before the FAIL answer
     traj = CodeAgent(ScriptedPolicy(tok, before), task, None, cfg).run()
     assert "autosubmitted" not in traj.meta and traj.gold["passed"] is False
+
+
+def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_all):
+    _, tok = smol
+    task = humaneval_all[0]
+    wrong = task.meta["stub"] + "    return False\n"
+    right = task.meta["reference"]
+    # greedy, told the submission failed, runs the same code again; the turn is drawn again (sampled)
+    script = [f"```submit\n{wrong}```\n", f"```python\n{wrong}\n\n```\n", f"```submit\n{right}```\n", "unused"]
+    policy = ScriptedPolicy(tok, script)
+    traj = CodeAgent(policy, task, None, CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3)).run()
+    assert [s.action for s in traj.steps] == ["submit", "submit"] and traj.gold["passed"] is True
+    assert traj.steps[1].info["redrawn"] == 1 and "repeat_of" not in traj.steps[1].info
+    assert "redrawn" not in traj.steps[0].info  # a first failure is no repeat
+    assert [s["temperature"] for s in policy.settings] == [0.0, 0.0, 0.7]
+    # the redrawn turn's tokens are the sample's, not the rejected draw's
+    assert traj.steps[1].completion_ids == tok.encode(script[2], add_special_tokens=False)
+
+    # the draws spent, the repeat is taken and flagged; an empty submit of the failed run is a repeat too
+    script = [f"```python\n{wrong}```\n", f"```submit\n{wrong}```\n", "```submit\n```\n",
+              f"```python\n{wrong}```\n", f"```submit\n{wrong}```\n", "unused"]
+    policy = ScriptedPolicy(tok, script)
+    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, redraw_temperature=0.9)
+    traj = CodeAgent(policy, task, None, cfg).run()
+    third = traj.steps[2]
+    assert third.info["redrawn"] == 2 and third.info["repeat_of"] == 1 and third.action == "submit"
+    assert "same code as your submission 1" in third.observation and traj.gold["passed"] is False
+    assert [s["temperature"] for s in policy.settings] == [0.0, 0.0, 0.0, 0.9, 0.9]
+
+    # off (and in RL rollouts): every turn is taken as drawn
+    policy = ScriptedPolicy(tok, [f"```submit\n{wrong}```\n", f"```submit\n{wrong}```\n", "unused"])
+    traj = CodeAgent(policy, task, None, replace(cfg, max_turns=2, redraw_repeats=0)).run()
+    assert traj.steps[1].info["repeat_of"] == 1 and "redrawn" not in traj.steps[1].info
+    assert len(policy.settings) == 2
+
+
+def test_rl_rollouts_take_every_turn_as_drawn():
+    from research_agent.tasks import CodeTasks
+    from research_agent.train.config import TrainConfig
+
+    cfg = CodeTasks().agent_config(TrainConfig(task_type="code", code_mode="code-only"))
+    assert cfg.redraw_repeats == 0 and cfg.test_feedback is True
