@@ -222,7 +222,8 @@ def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_
     # greedy, told the submission failed, runs the same code again; the turn is drawn again (sampled)
     script = [f"```submit\n{wrong}```\n", f"```python\n{wrong}\n\n```\n", f"```submit\n{right}```\n", "unused"]
     policy = ScriptedPolicy(tok, script)
-    traj = CodeAgent(policy, task, None, CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3)).run()
+    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, redraw_repeats=2, redraw_temperature=0.7)
+    traj = CodeAgent(policy, task, None, cfg).run()
     assert [s.action for s in traj.steps] == ["submit", "submit"] and traj.gold["passed"] is True
     assert traj.steps[1].info["redrawn"] == 1 and "repeat_of" not in traj.steps[1].info
     assert "redrawn" not in traj.steps[0].info  # a first failure is no repeat
@@ -234,7 +235,7 @@ def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_
     script = [f"```python\n{wrong}```\n", f"```submit\n{wrong}```\n", "```submit\n```\n",
               f"```python\n{wrong}```\n", f"```submit\n{wrong}```\n", "unused"]
     policy = ScriptedPolicy(tok, script)
-    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, redraw_temperature=0.9)
+    cfg = replace(cfg, redraw_temperature=0.9)
     traj = CodeAgent(policy, task, None, cfg).run()
     third = traj.steps[2]
     assert third.info["redrawn"] == 2 and third.info["repeat_of"] == 1 and third.action == "submit"
