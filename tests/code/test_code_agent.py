@@ -137,7 +137,9 @@ def test_test_feedback_answers_a_failing_submission_and_the_last_one_is_scored(s
     assert code_shaped_reward(traj).components["submissions"] == 2.0
 
     again = ScriptedPolicy(tok, [_fenced("submit", wrong), _fenced("submit", wrong)])
-    traj = CodeAgent(again, task, None, CodeAgentConfig(mode="code-only", max_turns=2, test_feedback=True)).run()
+    # the same code resubmitted and taken (no redraw): still answered, the episode ends at the limit
+    traj = CodeAgent(again, task, None, CodeAgentConfig(mode="code-only", max_turns=2, test_feedback=True,
+                                                        redraw_repeats=0)).run()
     assert [s.action for s in traj.steps] == ["submit", "submit"] and traj.stop_reason == "submit"
     assert traj.gold["passed"] is False and "Fix your code" in traj.steps[-1].observation
 
