@@ -1,8 +1,8 @@
 """The agent loop: one LangGraph graph, compiled once, that drives any ``Environment``.
 
 policy → (tool → policy)* → final → end.  The policy node generates one turn, the environment
-parses it into a step (and may have it drawn again before it is taken); a tool step runs in the tool node and its observation goes back into the
-stream; an invalid step is told why; a final step (the research agent's answer, the code agent's
+parses it into a step (and may have it drawn again before it is taken); a tool step runs in the
+tool node and its observation goes back into the stream; an invalid step is told why; a final step (the research agent's answer, the code agent's
 submission) ends the episode in the final node.  Each node returns a ``Command`` naming the next
 node, so the possible transitions are in the type.
 
@@ -186,8 +186,9 @@ def generate_turn(policy, env: Environment, prompt: list[int], budget: int,
                   temperature: float | None = None) -> tuple[Generation, int]:
     """One policy turn, continued past stop strings the environment reads as no action's end.
 
-    ``temperature`` overrides the config's (a redrawn turn). Each continuation is a new call on the turn so far, so its tokens and log-probs are exactly
-    what the model produced; the turn's finish reason is the last call's.
+    ``temperature`` overrides the config's (a redrawn turn). Each continuation is a new call on the
+    turn so far, so its tokens and log-probs are exactly what the model produced; the turn's finish
+    reason is the last call's.
     """
     text, ids, lps, reason, continued = "", [], [], "stop", 0
     temperature = env.config.temperature if temperature is None else temperature
