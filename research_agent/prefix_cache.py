@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .devices import model_device
+from .kv_cache import cache_kwargs, returned_cache
 
 
 @dataclass
@@ -250,9 +251,9 @@ def cached_generate(model, prompts: list[list[int]], store: PrefixCache, *, max_
             if lean:
                 logits = decode_step(model, step_ids, attn, step_pos, cache, steps)
             else:
-                out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
-                            use_cache=True, logits_to_keep=1)
-                cache = out.cache
+                out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos,
+                            **cache_kwargs(cache), use_cache=True, logits_to_keep=1)
+                cache = returned_cache(out)
                 logits = out.logits[:, -1, :]
             for r in active:
                 fed_new[r] += 1
@@ -333,16 +334,16 @@ def _prefill(model, prompts: list[list[int]], store: PrefixCache, pad_id: int):
         if U > 0:
             cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, sub), layer.values.index_select(0, sub))
                                                  for layer in cache.layers])
-    out = model(input_ids=input_ids, attention_mask=fed_attn, position_ids=pos, cache=cache, use_cache=True,
-                logits_to_keep=1)
+    out = model(input_ids=input_ids, attention_mask=fed_attn, position_ids=pos, **cache_kwargs(cache),
+                use_cache=True, logits_to_keep=1)
     logits = out.logits[:, -1, :]
     if len(uniq) < B:  # and copy its keys, values and logits to the rows that share it
         spread = torch.tensor([uniq.index(s) for s in source], dtype=torch.long, device=dev)
-        for layer in out.cache.layers:
+        for layer in returned_cache(out).layers:
             layer.keys = layer.keys.index_select(0, spread)
             layer.values = layer.values.index_select(0, spread)
         logits = logits.index_select(0, spread)
-    return growing(out.cache), attn, logits, starts
+    return growing(returned_cache(out)), attn, logits, starts
 
 
 def _join(cache_a, attn_a, cache_b, attn_b):
@@ -384,8 +385,8 @@ def _prefill_only(model, ids: list[int], store: PrefixCache, pad_id: int) -> Non
     dev = model_device(model)
     out = model(input_ids=torch.tensor([fed], dtype=torch.long, device=dev),
                 attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=dev),
-                position_ids=torch.arange(have, len(ids), device=dev)[None, :], cache=cache, use_cache=True,
-                logits_to_keep=1)
+                position_ids=torch.arange(have, len(ids), device=dev)[None, :], **cache_kwargs(cache),
+                use_cache=True, logits_to_keep=1)
     store.hit_tokens += have
     store.fed_tokens += len(fed)
-    _store_row(store, out.cache, 0, 0, list(ids))
+    _store_row(store, returned_cache(out), 0, 0, list(ids))

@@ -2,6 +2,7 @@
 
 import torch
 
+from research_agent.kv_cache import cache_kwargs, returned_cache
 from research_agent.prefix_cache import growing
 
 
@@ -14,5 +15,5 @@ def prefill(model, rows: list[list[int]], pad: int):
     attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     cache = growing(DynamicCache(config=model.config))
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True)
-    return out.cache, attn, out.logits[:, -1].argmax(-1)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, **cache_kwargs(cache), use_cache=True)
+    return returned_cache(out), attn, out.logits[:, -1].argmax(-1)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from research_agent.devices import model_device
+from research_agent.kv_cache import returned_cache
 from research_agent.train.loss import pad_batch, token_logprobs
 
 PASS_COST = 32  # a pass's fixed cost in positions (measured: forward of 1 vs 64 vs 256 tokens, smollm2)
@@ -156,7 +157,7 @@ def prefix_pass(model, prefixes: list[list[int]], pad_id: int, *, reference: boo
     ids, attn, pos = ids.to(dev), attn.to(dev), pos.to(dev)
     with (reference_mode(model) if reference else nullcontext()):
         out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
-    return [(layer.keys, layer.values) for layer in out.cache.layers], attn
+    return [(layer.keys, layer.values) for layer in returned_cache(out).layers], attn
 
 
 def suffix_logprobs(model, seqs: list[list[int]], masks: list[list[int]], pad_id: int, *, kv=None,

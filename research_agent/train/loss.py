@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from research_agent.kv_cache import cache_kwargs
+
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int,
               device: torch.device | str | None = None) -> tuple[torch.Tensor, ...]:
@@ -49,7 +51,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         keep = cols  # logits at column c predict token c + 1
     extra = {}
     if cache is not None:
-        extra.update(cache=cache, use_cache=True, position_ids=position_ids)
+        extra.update(cache_kwargs(cache), use_cache=True, position_ids=position_ids)
     split = _body_and_head(model)
     if split is None:  # not a decoder + output embedding we know how to split: the whole model's logits
         out = model(input_ids=input_ids, attention_mask=attention_mask,
