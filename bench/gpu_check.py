@@ -5,7 +5,8 @@
 What it runs, each through the project's own command in this process (as the recipe does), so the
 device, dtype and every tensor path of the real trainer are exercised:
 
-1. a small real corpus: the Factbook profiles the chosen training questions need, plus four more;
+1. a small real corpus: the Factbook profiles the chosen training questions need, plus four more
+   (hybrid search; ``--bm25-only`` leaves out the dense index, for a machine without the embedder);
 2. gold-path demonstrations of ``--demos`` training questions (``synth trajectories --policy
    reference``, real tool calls on that corpus) and their SFT export, tokenized for ``--model``;
 3. SFT on them: ``--demos`` / 4 steps of micro-batch 4 (one step with the default 4);
@@ -51,9 +52,12 @@ def pick_questions(n: int) -> list[dict]:
 
 
 def device_line(device: str) -> dict:
+    import peft
     import torch
+    import transformers
 
-    info = {"torch": torch.__version__, "device": device}
+    info = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
+            "device": device}
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise SystemExit("--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)")
@@ -85,6 +89,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--demos", type=int, default=4, help="demonstrations (SFT steps = demos / 4)")
     ap.add_argument("--out", type=Path, default=Path("runs/gpu-check"))
+    ap.add_argument("--bm25-only", action="store_true",
+                    help="build the corpus without its dense index: search is BM25 and no embedder is needed "
+                         "(for a machine the embedder package cannot be installed on)")
     args = ap.parse_args()
     import torch
 
@@ -103,7 +110,8 @@ def main() -> None:
     t0 = time.perf_counter()
     corpus = out / "corpus"
     if not (corpus / "manifest.json").exists():
-        build_corpus(out=corpus, documents=list(factbook_documents(gecs=gecs)), progress=False)
+        build_corpus(out=corpus, documents=list(factbook_documents(gecs=gecs)), progress=False,
+                     dense=not args.bm25_only)
     times = {"corpus_s": time.perf_counter() - t0}
     dev = ["--device", args.device, "--dtype", args.dtype]
     agent = ["--max-turns", "4", "--max-tool-calls", "3", "--max-new-tokens", "48"]
@@ -132,7 +140,7 @@ def main() -> None:
     sft_rows, rl_rows = rows(out / "sft" / "metrics.jsonl"), rows(out / "rl" / "metrics.jsonl")
     sft_s = sum(r["seconds"] for r in sft_rows)
     report = {
-        **info, "model": args.model, "dtype": args.dtype, **{k: round(v, 1) for k, v in times.items()},
+        **info, "model": args.model, "dtype": args.dtype, "retriever": "bm25" if args.bm25_only else "hybrid", **{k: round(v, 1) for k, v in times.items()},
         "sft_steps": len(sft_rows), "sft_s_per_step": round(sft_s / max(len(sft_rows), 1), 2),
         "sft_trained_tokens_per_s": round(sum(r.get("tokens", 0) for r in sft_rows) / max(sft_s, 1e-9), 1),
         "rl_steps": len(rl_rows),
