@@ -140,7 +140,8 @@ def main() -> None:
     sft_rows, rl_rows = rows(out / "sft" / "metrics.jsonl"), rows(out / "rl" / "metrics.jsonl")
     sft_s = sum(r["seconds"] for r in sft_rows)
     report = {
-        **info, "model": args.model, "dtype": args.dtype, "retriever": "bm25" if args.bm25_only else "hybrid", **{k: round(v, 1) for k, v in times.items()},
+        **info, "model": args.model, "dtype": args.dtype, "retriever": "bm25" if args.bm25_only else "hybrid",
+        **{k: round(v, 1) for k, v in times.items()},
         "sft_steps": len(sft_rows), "sft_s_per_step": round(sft_s / max(len(sft_rows), 1), 2),
         "sft_trained_tokens_per_s": round(sum(r.get("tokens", 0) for r in sft_rows) / max(sft_s, 1e-9), 1),
         "rl_steps": len(rl_rows),

@@ -3,8 +3,8 @@
 policy → (tool → policy)* → final → end.  The policy node generates one turn, the environment
 parses it into a step (and may have it drawn again before it is taken); a tool step runs in the
 tool node and its observation goes back into the stream; an invalid step is told why; a final step
-(the research agent's answer, the code agent's submission) ends the episode in the final node.  Each node returns a ``Command`` naming the next
-node, so the possible transitions are in the type.
+(the research agent's answer, the code agent's submission) ends the episode in the final node.
+Each node returns a ``Command`` naming the next node, so the possible transitions are in the type.
 
 What differs between research and code lives in the environment: the opening messages, how a turn
 parses into an action, what running an action returns, what ends the episode.  What is the same
