@@ -97,9 +97,11 @@ def open_corpus(
     """A ``LocalBrowser`` over the corpus at ``path`` (None: the default corpus, built on first use).
 
     A corpus whose dense index is still being built is searched by BM25 (an explicit
-    ``retriever="dense"`` is a ``CorpusError`` saying so); unless ``build_if_missing`` is False, its
-    dense build is started in the background when no process is running it, and one line on
-    stderr says so.  An explicit ``path`` that is not a corpus raises ``CorpusError`` naming the
+    ``retriever="dense"`` is a ``CorpusError`` saying so); unless ``build_if_missing`` is False or
+    the caller asked for ``retriever="bm25"`` (it will never use the dense index, and an eval or a
+    GPU check measured on BM25 must not share its cores with a background embedder), its dense
+    build is started in the background when no process is running it, and one line on stderr says
+    so.  An explicit ``path`` that is not a corpus raises ``CorpusError`` naming the
     command that builds it.
     """
     if path is None:
@@ -114,7 +116,7 @@ def open_corpus(
     else:
         target = Path(path).expanduser()
     browser = LocalBrowser(target, retriever=retriever)
-    if dense_pending(browser.manifest) and build_if_missing:
+    if dense_pending(browser.manifest) and build_if_missing and retriever != "bm25":
         from corpus.staged import resume_dense_build
 
         print(resume_dense_build(target), file=sys.stderr, flush=True)

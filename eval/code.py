@@ -15,7 +15,7 @@ OUT/pass_at_1.png the seed's bar plot. All JSON and Markdown files are written a
 
 The multi-tool docs come from an API-docs corpus built once from the installed libraries
 (``research_agent.code.apidocs.api_docs_browser``, shared with the trainer) under
-``<cache>/corpora/api-docs-v2``, or from ``--docs DIR``.
+``<cache>/corpora/api-docs-v3``, or from ``--docs DIR``.
 """
 
 from __future__ import annotations

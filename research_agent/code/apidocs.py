@@ -39,7 +39,9 @@ THIRD_PARTY_MODULES = [
     "sklearn.metrics", "sklearn.decomposition", "seaborn", "statsmodels.api", "requests", "bs4",
 ]  # fmt: skip
 DEFAULT_MODULES = STDLIB_MODULES + THIRD_PARTY_MODULES
-API_DOCS_VERSION = 2  # what the documents hold; a cached corpus of another version is not reused
+# what the documents hold (v2: the accessors; v3: sklearn.model_selection); a cached corpus of another
+# version is not reused
+API_DOCS_VERSION = 3
 LONG_METHOD_CHARS = 300  # a method documented at least this long gets its own document
 MAX_DOC_CHARS = 20000
 
@@ -155,7 +157,13 @@ def module_documents(module_name: str) -> Iterator[Any]:
     version = getattr(sys.modules.get(module_name.split(".")[0]), "__version__", "")
     entries = []
     for name in _public_names(module):
-        obj = getattr(module, name, None)
+        try:
+            obj = getattr(module, name, None)
+        except Exception:  # noqa: BLE001 - a lazy name may raise anything; it is left out, not the module
+            # sklearn.model_selection lists HalvingGridSearchCV, whose lookup raises ImportError until
+            # an experimental flag is imported: that one name used to drop the whole module
+            # (train_test_split, GridSearchCV, KFold ...) from the docs
+            continue
         if obj is None or inspect.ismodule(obj) or not _belongs(obj, module):
             continue
         if inspect.isclass(obj) or callable(obj):
@@ -209,7 +217,9 @@ def api_docs_browser(
 
     Building embeds every documented function of the default modules (minutes on a CPU), so it is
     done once, under a lock, and reused by every later eval and training run: the docs a policy
-    was trained to search are the docs it is evaluated with.
+    was trained to search are the docs it is evaluated with. A ``retriever="bm25"`` caller gets the
+    chunks and BM25 index alone (seconds; the manifest marks the dense index as still to build, so
+    a later hybrid caller starts it in the background) instead of waiting for embeddings it never uses.
     """
     from corpus import build_corpus, open_corpus
     from corpus.store import MANIFEST, build_lock
@@ -221,5 +231,5 @@ def api_docs_browser(
                 if progress:
                     print(f"building the API-docs corpus at {target} (once) ...", file=sys.stderr, flush=True)
                 docs = api_documents(modules or DEFAULT_MODULES, progress=progress)
-                build_corpus(out=target, documents=docs, progress=progress)
+                build_corpus(out=target, documents=docs, progress=progress, dense=retriever != "bm25")
     return open_corpus(target, retriever=retriever)

@@ -34,3 +34,13 @@ def test_long_methods_get_their_own_document():
 def test_default_modules_cover_the_task_libraries():
     for name in ("builtins", "re", "json", "numpy", "pandas", "matplotlib.pyplot", "sklearn.preprocessing"):
         assert name in DEFAULT_MODULES
+
+
+def test_a_public_name_whose_lookup_raises_drops_that_name_not_the_module(capsys):
+    """sklearn.model_selection lists HalvingGridSearchCV, whose lookup raises ImportError until an
+    experimental flag is imported; the rest of the module must still be documented."""
+    pytest.importorskip("sklearn")
+    docs = {d.id for d in api_documents(["sklearn.model_selection"])}
+    assert "api/sklearn.model_selection.train_test_split" in docs
+    assert "api/sklearn.model_selection.GridSearchCV" in docs
+    assert "skipping" not in capsys.readouterr().err

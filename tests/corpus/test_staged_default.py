@@ -120,3 +120,14 @@ def test_dense_on_a_corpus_without_its_dense_index_is_a_clear_error(tmp_path):
     browser = open_corpus(out, build_if_missing=False)
     assert browser.retriever == "bm25" and not BACKGROUND.get(out)
     assert browser.search("capital of Monaco", k=1)[0].doc_id == "factbook/mn"
+
+
+def test_a_bm25_caller_does_not_start_the_dense_build(tmp_path):
+    """An eval on BM25 (eval code --retriever bm25, gpu_check --bm25-only) must not share its cores
+    with an embedder it will never use; a hybrid caller still starts it."""
+    out = tmp_path / "c"
+    build_sparse(out, documents=factbook_documents(GECS), progress=False)
+    browser = open_corpus(out, retriever="bm25")
+    assert browser.retriever == "bm25" and not BACKGROUND.get(out)
+    assert not dense_log_path(out).exists()
+    assert browser.search("capital of Monaco", k=1)[0].doc_id == "factbook/mn"
