@@ -111,7 +111,7 @@ def main() -> None:
     corpus = out / "corpus"
     if not (corpus / "manifest.json").exists():
         build_corpus(out=corpus, documents=list(factbook_documents(gecs=gecs)), progress=False,
-                     dense=not args.bm25_only)
+                     dense=not args.bm25_only, dense_later=False)  # BM25-only: nothing embeds beside the run
     times = {"corpus_s": time.perf_counter() - t0}
     dev = ["--device", args.device, "--dtype", args.dtype]
     agent = ["--max-turns", "4", "--max-tool-calls", "3", "--max-new-tokens", "48"]

@@ -37,6 +37,7 @@ from corpus.store import (
     CHUNKS,
     DENSE,
     DENSE_BUILDING,
+    DENSE_NONE,
     DOCUMENTS,
     KIND,
     MANIFEST,
@@ -220,13 +221,16 @@ def build_corpus(
     progress: bool = True,
     documents: Iterable[Document] | None = None,
     dense: bool = True,
+    dense_later: bool = True,
 ) -> dict:
     """Build a corpus at ``out`` from a preset, files/directories and/or documents; return its manifest.
 
     Bad items are skipped (one line each on stderr, counted in the manifest); a corpus already at
     ``out`` is replaced atomically when the new one is complete. With ``dense=False`` only the
     chunks and BM25 are built, and the manifest marks the dense index as still building
-    (``corpus.staged.build_dense`` adds it).
+    (``corpus.staged.build_dense`` adds it; the first ``open_corpus`` starts that in the background),
+    or, with ``dense_later=False`` too, as left out on purpose: a BM25-only corpus that nothing
+    starts embedding (a machine without the embedder, a benchmark measured on BM25).
     """
     if out is None:
         raise CorpusError("build_corpus needs out=DIR, the directory to write the corpus to")
@@ -294,7 +298,7 @@ def build_corpus(
                      "normalized": True, **({"dtype": emb.dtype} if emb else {})},
         "index": {
             "dense": index_type,
-            **({} if dense else {"dense_status": DENSE_BUILDING}),
+            **({} if dense else {"dense_status": DENSE_BUILDING if dense_later else DENSE_NONE}),
             "metric": "inner_product",
             "sparse": "bm25s",
             "bm25_title_weight": BM25_TITLE_WEIGHT,
@@ -321,7 +325,8 @@ def build_corpus(
     if dense:
         shutil.rmtree(_embedding_cache(out), ignore_errors=True)
     if progress:
-        what = "" if dense else " (chunks and BM25; the dense index is not built yet)"
+        what = "" if dense else (" (chunks and BM25; the dense index is not built yet)" if dense_later
+                                 else " (chunks and BM25 only, no dense index)")
         print(
             f"built {out}{what}: {len(docs)} documents, {len(rows)} chunks, {len(skips)} skipped, {elapsed:.1f} s",
             file=sys.stderr,

@@ -29,7 +29,7 @@ from corpus.store import (
     DENSE,
     SPARSE,
     CorpusError,
-    dense_pending,
+    dense_missing,
     dense_pending_message,
     read_chunk_rows,
     read_documents,
@@ -70,7 +70,7 @@ class _Corpus:
             self.title_index.setdefault(d.title.casefold(), i)
         self._load_chunks(read_chunk_rows(path, self.manifest), rebuild)
         n = len(self.chunk_doc)
-        self.dense = None if dense_pending(self.manifest) else self._load_dense(n, mmap, rebuild)
+        self.dense = None if dense_missing(self.manifest) else self._load_dense(n, mmap, rebuild)
         try:
             self.sparse = SparseIndex.load(path / SPARSE, mmap=mmap)
         except Exception as e:
@@ -185,7 +185,7 @@ class LocalBrowser:
         self.manifest: dict = self._c.manifest
         if self._c.dense is None:
             if retriever == "dense":
-                raise CorpusError(dense_pending_message(self.path))
+                raise CorpusError(dense_pending_message(self.path, self.manifest))
             retriever = "bm25"
         self.retriever = retriever
         self.page_lines = page_lines
@@ -228,7 +228,7 @@ class LocalBrowser:
         query = query.strip()
         if self._c.dense is None:
             if mode == "dense":
-                raise QueryError(dense_pending_message(self.path))
+                raise QueryError(dense_pending_message(self.path, self.manifest))
             mode = "bm25"  # hybrid, until the dense index is built
         if mode == "dense":
             ranked = self._dense(query, k)

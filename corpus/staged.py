@@ -38,7 +38,7 @@ from corpus.store import (
     build_lock,
     build_running,
     dense_log_path,
-    dense_pending,
+    dense_missing,
     now_iso,
     read_chunk_rows,
     read_documents,
@@ -76,7 +76,7 @@ def build_dense(out: str | Path, *, batch_size: int = 64, progress: bool = True)
     root = Path(out).expanduser()
     with build_lock(root):
         manifest = read_manifest(root, dense_pending_ok=True)
-        if not dense_pending(manifest):
+        if not dense_missing(manifest):
             return manifest
         for stale in root.glob(f".{DENSE}.tmp-*"):  # left by a killed build
             stale.unlink(missing_ok=True)

@@ -42,8 +42,12 @@ CHUNKS = "chunks.jsonl"
 DENSE = "dense.faiss"
 SPARSE = "bm25"
 MAX_SKIPS_RECORDED = 1000
-# manifest["index"]["dense_status"] of a corpus whose dense index is not there yet
+# manifest["index"]["dense_status"] of a corpus whose dense index is not there yet (a staged build:
+# the first open starts it in the background) ...
 DENSE_BUILDING = "building"
+# ... and of one built BM25-only on purpose (a machine without the embedder, a BM25 benchmark): nothing
+# starts a dense build for it, hybrid search is BM25, and `python -m corpus.staged DIR` can still add it
+DENSE_NONE = "none"
 
 
 class CorpusError(RuntimeError):
@@ -99,13 +103,24 @@ def dense_pending(manifest: dict) -> bool:
     return (manifest.get("index") or {}).get("dense_status") == DENSE_BUILDING
 
 
+def dense_missing(manifest: dict) -> bool:
+    """Whether the corpus of ``manifest`` has no dense index: still to be built, or BM25-only by choice."""
+    return (manifest.get("index") or {}).get("dense_status") in (DENSE_BUILDING, DENSE_NONE)
+
+
 def dense_log_path(out: Path) -> Path:
     """Where the background build of ``out``'s dense index writes its log (beside ``out``)."""
     return out.parent / f"{out.name}.dense-build.log"
 
 
-def dense_pending_message(root: Path) -> str:
+def dense_pending_message(root: Path, manifest: dict | None = None) -> str:
     """What to tell a user who needs the dense index of ``root`` while it is still missing."""
+    if manifest is not None and (manifest.get("index") or {}).get("dense_status") == DENSE_NONE:
+        return (
+            f"the corpus at {root} was built without a dense index (BM25 only): search it with BM25 "
+            "(retriever='bm25', or corpus search --mode bm25; hybrid search is BM25 there), or add the "
+            f"dense index with: python -m corpus.staged {shlex.quote(str(root))}"
+        )
     running = "is being built in the background" if build_running(root) else "is not built yet"
     return (
         f"the dense index of the corpus at {root} {running} (log {dense_log_path(root)}): "
@@ -165,9 +180,9 @@ def read_manifest(path: str | Path, *, dense_pending_ok: bool = False) -> dict:
                 f"corrupt corpus at {root}: the manifest lacks {key!r}. Rebuild it with: "
                 f"{rebuild_command(root, manifest)}"
             )
-    pending = dense_pending(manifest)
+    pending = dense_missing(manifest)
     if pending and not dense_pending_ok:
-        raise CorpusError(dense_pending_message(root))
+        raise CorpusError(dense_pending_message(root, manifest))
     required = (DOCUMENTS, CHUNKS, SPARSE) if pending else (DOCUMENTS, CHUNKS, DENSE, SPARSE)
     missing = [name for name in required if not (root / name).exists()]
     if missing:

@@ -13,7 +13,7 @@ import pytest
 from corpus import build_corpus, open_corpus
 from corpus.browser import QueryError
 from corpus.factbook import factbook_documents
-from corpus.staged import BACKGROUND, build_sparse
+from corpus.staged import BACKGROUND, build_dense, build_sparse
 from corpus.store import DENSE, MANIFEST, CorpusError, build_running, dense_log_path, read_manifest
 
 GECS = ["mn", "an"]  # Monaco and Andorra: 37 chunks, embedded in a few seconds
@@ -131,3 +131,28 @@ def test_a_bm25_caller_does_not_start_the_dense_build(tmp_path):
     assert browser.retriever == "bm25" and not BACKGROUND.get(out)
     assert not dense_log_path(out).exists()
     assert browser.search("capital of Monaco", k=1)[0].doc_id == "factbook/mn"
+
+
+def test_a_bm25_only_corpus_starts_no_dense_build_and_can_still_get_one(tmp_path):
+    """Built BM25-only on purpose (gpu_check --bm25-only): every open, hybrid included, searches BM25
+    and starts nothing; dense is a clear error; ``python -m corpus.staged`` can still add the index."""
+    out = tmp_path / "c"
+    build_corpus(
+        out=out, documents=list(factbook_documents(GECS)), dense=False, dense_later=False, progress=False
+    )
+    assert json.loads((out / MANIFEST).read_text())["index"]["dense_status"] == "none"
+    browser = open_corpus(out)  # hybrid asked for
+    assert browser.retriever == "bm25" and not BACKGROUND.get(out) and not dense_log_path(out).exists()
+    assert browser.search("capital of Monaco", k=1)[0].doc_id == "factbook/mn"
+    with pytest.raises(
+        CorpusError, match=r"built without a dense index \(BM25 only\).*python -m corpus\.staged"
+    ):
+        open_corpus(out, retriever="dense")
+    with pytest.raises(QueryError, match="BM25 only"):
+        browser.search("capital of Monaco", mode="dense")
+    with pytest.raises(CorpusError, match="BM25 only"):
+        read_manifest(out)
+    build_dense(out, progress=False)
+    hybrid = open_corpus(out)
+    assert hybrid.retriever == "hybrid" and (out / DENSE).exists()
+    assert hybrid.search("capital of Monaco", k=1, mode="dense")[0].doc_id == "factbook/mn"
