@@ -133,8 +133,9 @@ def dense_pending_message(root: Path, manifest: dict | None = None) -> str:
 def read_manifest(path: str | Path, *, dense_pending_ok: bool = False) -> dict:
     """The manifest of the corpus at ``path``, checked; raises ``CorpusError`` with the fix.
 
-    A corpus whose dense index is still being built (``dense_pending``) is refused with a message
-    saying so, unless ``dense_pending_ok``: then its other files are checked and it is returned."""
+    A corpus without its dense index (``dense_missing``: still being built, or BM25-only by choice)
+    is refused with a message saying so, unless ``dense_pending_ok``: then its other files are
+    checked and it is returned."""
     root = Path(path).expanduser()
     if not root.exists():
         raise CorpusError(f"no corpus at {root}. Build it with: {rebuild_command(root)}")

@@ -9,9 +9,10 @@
 Each mode runs greedily (temperature 0, so pass@1 is one deterministic sample; with test feedback a
 turn that repeats failed code is drawn again at a temperature, redraw_repeats, so such a task is
 sampled from its first repeat on) into OUT/<mode>/ (run.json, trajectories.jsonl appended as tasks
-finish, results.json), so an interrupted run resumes task by task. A first Ctrl-C (or SIGTERM) starts no more tasks and finishes and saves those in flight;
-a second one aborts them. OUT/results.json holds every mode's metrics, OUT/table.md the comparison table and
-OUT/pass_at_1.png the seed's bar plot. All JSON and Markdown files are written atomically.
+finish, results.json), so an interrupted run resumes task by task. A first Ctrl-C (or SIGTERM)
+starts no more tasks and finishes and saves those in flight; a second one aborts them.
+OUT/results.json holds every mode's metrics, OUT/table.md the comparison table and OUT/pass_at_1.png
+the seed's bar plot. All JSON and Markdown files are written atomically.
 
 The multi-tool docs come from an API-docs corpus built once from the installed libraries
 (``research_agent.code.apidocs.api_docs_browser``, shared with the trainer) under
