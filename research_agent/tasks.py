@@ -60,7 +60,7 @@ class ResearchTasks:
     def make_browser(self, cfg: Any) -> Any:
         from corpus import open_browser
 
-        return open_browser(corpus=cfg.corpus, retrieval_url=cfg.retrieval_url)
+        return open_browser(corpus=cfg.corpus, retrieval_url=cfg.retrieval_url, retriever=cfg.retriever)
 
     def agent_config(self, cfg: Any) -> Any:
         from .agent import AgentConfig
@@ -143,7 +143,7 @@ class CodeTasks:
             return open_browser("remote", retrieval_url=cfg.retrieval_url)
         from .code.apidocs import api_docs_browser
 
-        return api_docs_browser(cfg.corpus, cfg.docs_modules or None)
+        return api_docs_browser(cfg.corpus, cfg.docs_modules or None, retriever=cfg.retriever)
 
     def agent_config(self, cfg: Any) -> Any:
         from .code.agent import CodeAgentConfig

@@ -83,7 +83,7 @@ def _trajectories(args) -> int:
         items = seeded_subset(items, args.limit, args.seed)
     from corpus import open_browser
 
-    browser = open_browser(corpus=args.corpus, retrieval_url=args.retrieval_url)
+    browser = open_browser(corpus=args.corpus, retrieval_url=args.retrieval_url, retriever=args.retriever)
     if args.policy == "reference":
         from transformers import AutoTokenizer
 
@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(--model then only names the tokenizer)")
     t.add_argument("--corpus", default=None)
     t.add_argument("--retrieval-url", default=None)
+    t.add_argument("--retriever", default="hybrid", choices=["dense", "bm25", "hybrid"],
+                   help="search over the local corpus (as eval's --retriever)")
     t.add_argument("--split", default="train")
     t.add_argument("--limit", type=int, default=None,
                    help="a seeded random subset of N questions (same seed: smaller subsets are prefixes)")

@@ -18,6 +18,7 @@ import argparse
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from corpus.local import MODES as RETRIEVERS
 from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file
 from research_agent.devices import DeviceError, check_device_spec, check_dtype_spec
 
@@ -50,6 +51,8 @@ class TrainConfig:
                             "the cached API-docs corpus (built from the installed libraries on first use)")
     retrieval_url: str | None = _f(None, "use a retrieval service (python -m corpus serve) instead of a local index "
                                    "(for code: one serving the API-docs corpus)")
+    retriever: str = _f("hybrid", "search over a local corpus: dense, bm25 or hybrid (as eval's --retriever; code: "
+                        "bm25 builds the API docs in seconds instead of embedding them for ~35 min on a CPU)")
     code_mode: str = _f("multi-tool", "code: multi-tool (search docs + execute + submit; the model learns when to "
                         "use which), code-only (execute + submit) or no-tools (one shot)")
     test_feedback: bool = _f(True, "code: a failed submission is answered with the failing tests and the episode goes "
@@ -165,6 +168,8 @@ class TrainConfig:
             raise ConfigError(f"task_type must be one of {', '.join(TASK_TYPES)}, not {self.task_type!r}")
         if self.context not in ("full", "managed"):
             raise ConfigError(f"context must be full or managed, not {self.context!r}")
+        if self.retriever not in RETRIEVERS:
+            raise ConfigError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {self.retriever!r}")
         if self.code_mode not in MODES:
             raise ConfigError(f"code_mode must be one of {', '.join(MODES)}, not {self.code_mode!r}")
         try:

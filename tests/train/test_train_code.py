@@ -142,6 +142,8 @@ def test_task_type_fields_map_from_toml_and_flags_and_bad_values_say_what_to_use
         load_config(["--task-type", "kode"])
     with pytest.raises(ConfigError, match="code_mode must be one of"):
         TrainConfig(task_type="code", code_mode="all-tools")
+    with pytest.raises(ConfigError, match="retriever must be one of dense, bm25, hybrid"):
+        TrainConfig(retriever="sparse")
     with pytest.raises(ConfigError, match="stage must be rl or sft"):
         TrainConfig(task_type="code", stage="dpo")
 
@@ -149,3 +151,16 @@ def test_task_type_fields_map_from_toml_and_flags_and_bad_values_say_what_to_use
     assert len(dfb) > 500 and all(t.source == "dataframebench:train" for t in dfb)
     with pytest.raises(SystemExit, match="unknown task spec 'mbpp'"):
         CODE.load_tasks(TrainConfig(task_type="code", tasks="mbpp"))
+
+
+def test_bm25_rollouts_build_the_api_docs_without_embedding_them(tmp_path):
+    """``--retriever bm25`` (as eval code's): the trainer's API docs are chunks and BM25 only, with no
+    background embedder beside the rollouts, and searched by BM25."""
+    from corpus.staged import BACKGROUND
+    from corpus.store import dense_log_path
+
+    docs = tmp_path / "docs"
+    cfg = TrainConfig(task_type="code", corpus=str(docs), docs_modules=["json"], retriever="bm25")
+    browser = CODE.make_browser(cfg)
+    assert browser.retriever == "bm25" and not BACKGROUND.get(docs) and not dense_log_path(docs).exists()
+    assert "api/json.dumps" in [h.doc_id for h in browser.search("json dumps", k=3)]
