@@ -8,9 +8,10 @@
 
 Each mode runs greedily (temperature 0, so pass@1 is one deterministic sample; with test feedback a
 turn that repeats failed code is drawn again at a temperature, redraw_repeats, so such a task is
-sampled from its first repeat on) into OUT/<mode>/ (run.json, trajectories.jsonl appended as tasks
-finish, results.json), so an interrupted run resumes task by task. A first Ctrl-C (or SIGTERM)
-starts no more tasks and finishes and saves those in flight; a second one aborts them.
+sampled, with a seed, from its first repeat on) into OUT/<mode>/ (run.json, trajectories.jsonl
+appended as tasks finish, results.json), so an interrupted run resumes task by task. A first Ctrl-C
+(or SIGTERM) starts no more tasks and finishes and saves those in flight; a second one, or the end of
+--drain-s, aborts them.
 OUT/results.json holds every mode's metrics, OUT/table.md the comparison table and OUT/pass_at_1.png
 the seed's bar plot. All JSON and Markdown files are written atomically.
 
@@ -228,6 +229,8 @@ LEGACY_AGENT_CONFIG = {
     "recall_passing_run": False,
     "submit_last_run_at_limit": False,
     "redraw_repeats": 0,
+    # runs before seeded redraws drew unseeded; they resume as seed 0 (a redraw is a sample either way)
+    "redraw_seed": 0,
 }
 
 
@@ -264,22 +267,37 @@ class EvalStopped(RuntimeError):
     """A stop was asked for; the tasks that had started are saved and the run resumes from them."""
 
 
+def _abort(signum: int) -> None:
+    """The signal's default action (the process ends; the tasks in flight rerun on resume)."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 @contextmanager
-def drain_on_signals(stop: threading.Event):
+def drain_on_signals(stop: threading.Event, drain_s: float | None = None, abort=_abort):
     """The first SIGINT/SIGTERM sets ``stop`` (finish the tasks in flight, start no more); a second
-    one gets the signal's default action, which kills the process as before.
+    one, or ``drain_s`` seconds of draining, gets the signal's default action (``abort(signum)``),
+    which ends the process with the finished tasks saved.
 
     Without this, stopping an eval threw away every task in flight — with 8 multi-turn tasks at
-    several minutes each, up to an hour of CPU.
+    several minutes each, up to an hour of CPU.  Without a deadline a drain can outlast a scheduler's
+    grace period (64 tasks in flight on a GPU took minutes, and the kill that followed lost the files
+    written after the run), hence ``--drain-s``.
     """
+    timers: list[threading.Timer] = []
+
     def on_signal(signum, frame):
         if stop.is_set():
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+            abort(signum)
             return
         stop.set()
-        print("\nstopping: finishing the tasks in flight (they are saved); signal again to abort them",
+        within = f" for up to {drain_s:g} s" if drain_s is not None else ""
+        print(f"\nstopping: finishing the tasks in flight{within} (they are saved); signal again to abort them",
               file=sys.stderr, flush=True)
+        if drain_s is not None:
+            timers.append(threading.Timer(drain_s, abort, args=(signum,)))
+            timers[-1].daemon = True
+            timers[-1].start()
 
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         yield
@@ -288,6 +306,8 @@ def drain_on_signals(stop: threading.Event):
     try:
         yield
     finally:
+        for timer in timers:  # the drain ended in time
+            timer.cancel()
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
@@ -590,6 +610,10 @@ def build_parser() -> argparse.ArgumentParser:
         "one mode's included) into --out/table.md and pass_at_1.png",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--drain-s", type=float, default=None, metavar="SECONDS",
+                   help="after a first Ctrl-C/SIGTERM, finish the tasks in flight for at most this long, then "
+                   "stop without them (they rerun on resume); default: wait for all (a scheduler's grace "
+                   "period wants less)")
     return p
 
 
@@ -613,7 +637,10 @@ def main(argv: list[str] | None = None) -> int:
     from corpus.store import CorpusError
     from research_agent.code.tasks import TaskSourceError, load_tasks
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.drain_s is not None and args.drain_s < 0:
+        parser.error("--drain-s must be at least 0")
     modes = list(MODES) if args.mode == "all" else [args.mode]
     try:
         if not args.compare:  # everything else runs model-written code: refuse an uncontained sandbox
@@ -663,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
             **({"quantize": args.quantize} if args.quantize != "none" else {}),
         }
         stop = threading.Event()
-        with drain_on_signals(stop):
+        with drain_on_signals(stop, args.drain_s):
             summary = evaluate_code(
                 tasks,
                 policy,

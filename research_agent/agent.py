@@ -193,7 +193,7 @@ class ResearchEnvironment:
     def done(self, traj: Trajectory) -> bool:
         return False  # only the answer ends a research episode
 
-    def redraw(self, traj: Trajectory, step: Step, draws: int) -> float | None:
+    def redraw(self, traj: Trajectory, step: Step, draws: int) -> tuple[float, int | None] | None:
         return None  # every research turn is taken as drawn
 
     def out_of_budget(self, traj: Trajectory) -> None:

@@ -82,10 +82,11 @@ class Environment(Protocol):
     def done(self, traj: Trajectory) -> bool:
         """After a tool action: has the episode ended (e.g. a submission with test feedback passed)?"""
 
-    def redraw(self, traj: Trajectory, step: Step, draws: int) -> float | None:
-        """A parsed turn, not yet taken: the temperature to draw it again at, or None to take it.
-        ``draws`` is how many times this turn was drawn again already (the code agent draws a turn
-        that repeats failed code again, ``CodeAgentConfig.redraw_repeats``)."""
+    def redraw(self, traj: Trajectory, step: Step, draws: int) -> tuple[float, int | None] | None:
+        """A parsed turn, not yet taken: (the temperature to draw it again at, the draw's seed or None
+        for an unseeded draw), or None to take it. ``draws`` is how many times this turn was drawn
+        again already (the code agent draws a turn that repeats failed code again,
+        ``CodeAgentConfig.redraw_repeats``; its seed makes an eval with redraws repeatable)."""
 
     def out_of_budget(self, traj: Trajectory) -> None:
         """The turns or tokens ran out before a final action (``traj.stop_reason`` says which): the
@@ -142,9 +143,9 @@ def policy_node(state: EpisodeState) -> Command[Literal["tool", "final", "policy
     gen, continued = generate_turn(state["policy"], env, prompt, budget)
     step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
     draws = 0
-    while (temperature := env.redraw(traj, step, draws)) is not None:
+    while (again := env.redraw(traj, step, draws)) is not None:
         draws += 1
-        gen, continued = generate_turn(state["policy"], env, prompt, budget, temperature)
+        gen, continued = generate_turn(state["policy"], env, prompt, budget, *again)
         step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
     if draws:
         step.info["redrawn"] = draws
@@ -183,18 +184,20 @@ def final_node(state: EpisodeState) -> Command[Literal["__end__"]]:
 
 
 def generate_turn(policy, env: Environment, prompt: list[int], budget: int,
-                  temperature: float | None = None) -> tuple[Generation, int]:
+                  temperature: float | None = None, seed: int | None = None) -> tuple[Generation, int]:
     """One policy turn, continued past stop strings the environment reads as no action's end.
 
-    ``temperature`` overrides the config's (a redrawn turn). Each continuation is a new call on the
-    turn so far, so its tokens and log-probs are exactly what the model produced; the turn's finish
-    reason is the last call's.
+    ``temperature`` overrides the config's and ``seed`` seeds the draw (a redrawn turn; a seeded
+    token depends on the seed and its position, so a continuation goes on the same way). Each
+    continuation is a new call on the turn so far, so its tokens and log-probs are exactly what the
+    model produced; the turn's finish reason is the last call's.
     """
     text, ids, lps, reason, continued = "", [], [], "stop", 0
     temperature = env.config.temperature if temperature is None else temperature
+    seeded = {"seeds": [seed]} if seed is not None else {}  # any policy takes a call without seeds
     while True:
         gen = policy.generate([prompt + ids], max_new_tokens=budget - len(ids), temperature=temperature,
-                              stop=env.stop_strings, stop_loops=env.stop_loops)[0]
+                              stop=env.stop_strings, stop_loops=env.stop_loops, **seeded)[0]
         text, ids, lps, reason = text + gen.text, ids + list(gen.token_ids), lps + list(gen.logprobs), gen.finish_reason
         done = reason != "stop" or len(ids) >= budget or not gen.token_ids or continued == MAX_CONTINUATIONS
         if done or not env.continues(text):

@@ -47,7 +47,10 @@ class Policy(Protocol):
         temperature: float = 0.0,
         stop: list[str] | None = None,
         stop_loops: bool = False,
-    ) -> list[Generation]: ...
+        seeds: list[int | None] | None = None,
+    ) -> list[Generation]:
+        """``seeds`` (per prompt; only passed when one is set): a sampled prompt with a seed draws the
+        same tokens whenever it is asked again with it (a redrawn turn of an eval, a vLLM ``seed``)."""
 
 
 # A turn "ends in a loop" when its last tokens are one block of at most LOOP_PERIOD tokens repeated
@@ -155,16 +158,31 @@ class LocalPolicy:
         self.quantize = self._decode.quantize
 
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
-                 stop_loops=False) -> list[Generation]:
-        """``stop_loops`` ends a row once it ends in a loop (``ends_in_loop``; finish reason "loop")."""
+                 stop_loops=False, seeds=None) -> list[Generation]:
+        """``stop_loops`` ends a row once it ends in a loop (``ends_in_loop``; finish reason "loop").
+        A seeded row samples from ``prefix_cache.seeded_uniform`` (the cached path) or from a torch
+        generator seeded with it (plain ``generate``, one row at a time): each path repeats itself."""
         if not prompts:
             return []
         if self.cache is not None:
-            return self._generate_cached(prompts, max_new_tokens, temperature, stop, stop_loops)
+            return self._generate_cached(prompts, max_new_tokens, temperature, stop, stop_loops, seeds=seeds)
+        if seeds is not None and temperature > 0 and any(x is not None for x in seeds):
+            return [self._generate_plain_seeded(p, seed, max_new_tokens, temperature, stop, stop_loops)
+                    for p, seed in zip(prompts, seeds, strict=True)]
         return self._generate_plain(prompts, max_new_tokens, temperature, stop, stop_loops)
 
+    def _generate_plain_seeded(self, prompt, seed, max_new_tokens, temperature, stop, stop_loops) -> Generation:
+        import torch
+
+        if seed is None:
+            return self._generate_plain([prompt], max_new_tokens, temperature, stop, stop_loops)[0]
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed & ((1 << 63) - 1))
+            return self._generate_plain([prompt], max_new_tokens, temperature, stop, stop_loops)[0]
+
     def _generate_cached(self, prompts, max_new_tokens, temperature, stop, stop_loops, admit=None,
-                         on_done=None) -> list[Generation]:
+                         on_done=None, seeds=None) -> list[Generation]:
         import torch
 
         from .prefix_cache import cached_generate
@@ -190,7 +208,7 @@ class LocalPolicy:
                     rows = cached_generate(self.model, [list(p) for p in prompts], self.cache,
                                            max_new_tokens=max(1, max_new_tokens), temperature=temperature,
                                            eos_ids=self.eos_ids, pad_id=pad, stop_hit=stop_hit, admit=admit,
-                                           on_done=done)
+                                           on_done=done, seeds=seeds)
             finally:
                 if was_training:
                     self.model.train()
@@ -202,13 +220,14 @@ class LocalPolicy:
         return self.cache is not None
 
     def generate_continuous(self, prompts, *, admit, on_done, max_new_tokens=128, temperature=0.0, stop=None,
-                            stop_loops=False) -> list[Generation]:
+                            stop_loops=False, seeds=None) -> list[Generation]:
         """``generate`` that also starts the prompts ``admit(active_rows)`` returns between decode steps
         and reports each row to ``on_done(index, generation)`` as it finishes (continuous batching;
-        see ``prefix_cache.cached_generate``).  Returns every row's generation, in arrival order."""
+        see ``prefix_cache.cached_generate``).  Returns every row's generation, in arrival order.
+        ``seeds``: a function of the row index (admitted rows included), or a list."""
         if not self.continuous:
             raise ValueError("continuous batching needs the prefix-cache decode loop (prefix_cache=True)")
-        return self._generate_cached(prompts, max_new_tokens, temperature, stop, stop_loops, admit, on_done)
+        return self._generate_cached(prompts, max_new_tokens, temperature, stop, stop_loops, admit, on_done, seeds)
 
     def _generate_plain(self, prompts, max_new_tokens, temperature, stop, stop_loops) -> list[Generation]:
         import torch
@@ -310,15 +329,34 @@ class EndpointPolicy:
         raise PolicyError(f"endpoint {self.base_url} unreachable after {self.retries + 1} tries: {last}")
 
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
-                 stop_loops=False) -> list[Generation]:
-        """``stop_loops`` cuts a loop from the returned text (the server generated it all)."""
+                 stop_loops=False, seeds=None) -> list[Generation]:
+        """``stop_loops`` cuts a loop from the returned text (the server generated it all).  A seeded
+        prompt goes in a request of its own with vLLM's per-request ``seed``."""
+        if seeds is not None and any(x is not None for x in seeds):
+            out: list = [None] * len(prompts)
+            plain = [i for i, x in enumerate(seeds) if x is None]
+            if plain:
+                for i, g in zip(plain, self.generate([prompts[i] for i in plain], max_new_tokens=max_new_tokens,
+                                                     temperature=temperature, stop=stop, stop_loops=stop_loops),
+                                strict=True):
+                    out[i] = g
+            for i, seed in enumerate(seeds):
+                if seed is not None:
+                    out[i] = self._request([prompts[i]], max_new_tokens, temperature, stop, stop_loops, seed)[0]
+            return out
+        return self._request(prompts, max_new_tokens, temperature, stop, stop_loops, None)
+
+    def _request(self, prompts, max_new_tokens, temperature, stop, stop_loops, seed) -> list[Generation]:
+        """One ``/completions`` request for ``prompts``."""
         if self.token_ids:
-            return self._generate_ids(prompts, max_new_tokens, temperature, stop, stop_loops)
+            return self._generate_ids(prompts, max_new_tokens, temperature, stop, stop_loops, seed)
         texts = [self.tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
         payload = {"model": self.model_name, "prompt": texts, "max_tokens": max_new_tokens,
                    "temperature": temperature, "logprobs": 1}
         if stop:
             payload["stop"] = stop
+        if seed is not None:
+            payload["seed"] = int(seed) & ((1 << 63) - 1)
         body = self._post("/completions", payload)
         try:
             choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
@@ -353,12 +391,14 @@ class EndpointPolicy:
             raise PolicyError(f"endpoint returned {len(results)} choices for {len(prompts)} prompts")
         return results
 
-    def _generate_ids(self, prompts, max_new_tokens, temperature, stop, stop_loops) -> list[Generation]:
+    def _generate_ids(self, prompts, max_new_tokens, temperature, stop, stop_loops, seed=None) -> list[Generation]:
         payload = {"model": self.model_name, "prompt": [list(map(int, p)) for p in prompts],
                    "max_tokens": max_new_tokens, "temperature": temperature, "logprobs": 0,
                    "return_tokens_as_token_ids": True, "skip_special_tokens": False}
         if stop:
             payload["stop"] = stop
+        if seed is not None:
+            payload["seed"] = int(seed) & ((1 << 63) - 1)
         body = self._post("/completions", payload)
         try:
             choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
@@ -419,11 +459,14 @@ class BatchingPolicy:
         self.close()
 
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
-                 stop_loops=False) -> list[Generation]:
+                 stop_loops=False, seeds=None) -> list[Generation]:
         key = (max_new_tokens, float(temperature), tuple(stop or ()), bool(stop_loops))
         done = threading.Event()
         slot: dict = {}
-        self._queue.put((key, list(prompts), slot, done))
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        seeds = list(seeds) if seeds is not None and any(x is not None for x in seeds) else None
+        self._queue.put((key, list(prompts), slot, done, seeds))
         done.wait()
         if "error" in slot:
             raise slot["error"]
@@ -463,9 +506,11 @@ class BatchingPolicy:
                     continue
                 max_new, temp, stop, loops = key
                 flat = [p for it in items for p in it[1]]
+                seeded = any(it[4] for it in items)  # only then is ``seeds`` passed (any policy takes the rest)
+                extra = {"seeds": [x for it in items for x in (it[4] or [None] * len(it[1]))]} if seeded else {}
                 try:
                     out = self.policy.generate(flat, max_new_tokens=max_new, temperature=temp,
-                                               stop=list(stop) or None, stop_loops=loops)
+                                               stop=list(stop) or None, stop_loops=loops, **extra)
                     self.calls += 1
                     pos = 0
                     for it in items:
@@ -528,11 +573,16 @@ class BatchingPolicy:
                 it[2]["result"] = results[id(it)]
                 it[3].set()
 
+        def seed_of(index: int):
+            it, j = rows[index]
+            return it[4][j] if it[4] else None
+
         prompts = take(items)
         self.calls += 1  # counted up front: callers hear of their rows before the call returns
         try:
             self.policy.generate_continuous(prompts, admit=admit, on_done=on_done, max_new_tokens=max_new,
-                                            temperature=temp, stop=list(stop) or None, stop_loops=loops)
+                                            temperature=temp, stop=list(stop) or None, stop_loops=loops,
+                                            seeds=seed_of)
         except Exception as e:  # handed to every caller still waiting
             for it, _ in rows:
                 if not it[3].is_set():

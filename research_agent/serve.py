@@ -10,7 +10,9 @@ generated with it (each adapter has its own prefix cache, so a new adapter never
 values computed under an old one), and a request naming an unloaded one is refused with 404.
 ``/v1/completions`` takes prompts as token ids and, with ``return_tokens_as_token_ids``, answers
 the generated token ids themselves (``logprobs.tokens`` as ``"token_id:N"``, as vLLM does), so a
-trainer's trajectory holds exactly the tokens that were sampled.
+trainer's trajectory holds exactly the tokens that were sampled.  A request's ``seed`` (vLLM's) makes
+its sampled completions repeat: each token is drawn from its seed and position, whatever else shares
+the batch.
 
 Every request is bounded (``Limits``): its body, its prompts' tokens (prompt + ``max_tokens`` must fit
 the model's context), its number of completions (prompts × ``n``), its total tokens and its time.
@@ -78,6 +80,7 @@ class Sampling:
     temperature: float
     stop: list[str] | None
     n: int
+    seed: int | None = None  # vLLM's per-request seed: the j-th completion of each prompt draws with seed + j
 
 
 def model_context(policy, cap: int) -> int:
@@ -129,6 +132,9 @@ def _sampling(body: dict, limits: Limits) -> Sampling:
         temperature = float(body.get("temperature", 0.0))
         n = int(body.get("n", 1))
         best_of = int(body.get("best_of") or n)
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an integer, not {seed!r}")
     except (TypeError, ValueError) as e:
         raise BadRequest(f"bad sampling parameter: {e}") from e
     if not 1 <= max_tokens <= limits.max_tokens:
@@ -147,7 +153,7 @@ def _sampling(body: dict, limits: Limits) -> Sampling:
     if stop is not None and not (len(stop) <= 16 and all(0 < len(s) <= 256 for s in stop)):
         raise BadRequest("'stop' takes at most 16 strings of 1 to 256 characters (an empty one would match "
                          "at once)")
-    return Sampling(max_tokens, temperature, stop or None, n)
+    return Sampling(max_tokens, temperature, stop or None, n, seed)
 
 
 def _check_size(prompts: list[list[int]], s: Sampling, context: int, limits: Limits) -> None:
@@ -211,8 +217,10 @@ def generate_in_chunks(policy, prompts: list[list[int]], s: Sampling, *, chunk: 
     while active:
         want = min(chunk, s.max_tokens - max(len(rows[i].token_ids) for i in active))
         batch = [starts[i] + rows[i].token_ids for i in active]
+        # a seeded row draws each token from (seed, its position): chunking does not change it
+        seeded = {"seeds": [s.seed + i % s.n for i in active]} if s.seed is not None else {}
         gens = _before(deadline, policy.generate, batch, max_new_tokens=want, temperature=s.temperature,
-                       stop=s.stop)
+                       stop=s.stop, **seeded)
         still = []
         for i, g in zip(active, gens, strict=True):
             row, before = rows[i], len(rows[i].token_ids)

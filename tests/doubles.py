@@ -33,11 +33,11 @@ class ScriptedPolicy:
                 return queue.pop(0) if queue else self.default
         return self.turns.pop(0) if self.turns else self.default
 
-    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False):
+    def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False, seeds=None):
         self.batch_sizes.append(len(prompts))
         self.loop_flags.append(stop_loops)
         self.settings.append({"max_new_tokens": max_new_tokens, "temperature": temperature, "stop": stop,
-                           "stop_loops": stop_loops, "prompts": len(prompts)})
+                           "stop_loops": stop_loops, "prompts": len(prompts), "seeds": seeds})
         out = []
         for p in prompts:
             self.prompts.append(list(p))

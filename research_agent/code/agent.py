@@ -147,13 +147,23 @@ class CodeAgentConfig:
             "flagged as a repeat). Greedy decoding repeats itself: qwen2.5-coder-0.5b, told its submission "
             "failed, ran or submitted the same code again in 44 of 53 HumanEval tasks, and no failed "
             "submission was fixed; 2 draws at 0.7 still repeated in 60 of 81 turns (docs/results.md). The "
-            "redrawn turn is a sample, so such runs are not deterministic. Off in RL rollouts (a repeat "
-            "there must cost reward, not be hidden). 0: results made before this option"
+            "redrawn turn is a sample, seeded by redraw_seed, the task and the turn, so a re-run draws the "
+            "same turns. Off in RL rollouts (a repeat there must cost reward, not be hidden). 0: results "
+            "made before this option"
         },
     )
 
     redraw_temperature: float = field(
         default=1.0, metadata={"help": "the temperature a repeated turn is drawn again at (redraw_repeats)"}
+    )
+
+    redraw_seed: int = field(
+        default=0,
+        metadata={
+            "help": "seed of the redrawn turns (redraw_repeats): each draw is seeded by it, the task id, the "
+            "turn and the draw, so the same run draws the same turns whatever ran beside it; another seed "
+            "gives another sample of the same run (results before 2026-12-05 drew unseeded)"
+        },
     )
 
     def __post_init__(self) -> None:

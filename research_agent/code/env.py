@@ -22,6 +22,7 @@ block or tag left unclosed is accepted as if closed.
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from typing import Any
 
@@ -42,6 +43,13 @@ _SEARCH = re.compile(r"<search>(.*?)(</search>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"(?m)^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n")
 _CLOSE = re.compile(r"(?m)^[ \t]*```[ \t]*$")
 _PYTHON_LANGS = {"python", "py", "python3"}
+
+def draw_seed(seed: int, task_id: str, turn: int, draw: int) -> int:
+    """The seed of one redrawn turn: a stable hash (not Python's salted ``hash``) of the run's seed,
+    the task, the turn and the draw, so a re-run of the task draws the same turn."""
+    digest = hashlib.blake2b(f"{seed}\x1f{task_id}\x1f{turn}\x1f{draw}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # below 2**63: vLLM's seed is a signed 64-bit integer
+
 
 def _fences(text: str) -> list[tuple[str, str, int, bool]]:
     """Every fenced block in order: (kind, body, position, closed); kind is the language or 'plain'."""
@@ -196,17 +204,19 @@ class CodeEnvironment:
     def done(self, traj: Trajectory) -> bool:
         return self.feedback and traj.stop_reason == "submit"
 
-    def redraw(self, traj: Trajectory, step: Step, draws: int) -> float | None:
+    def redraw(self, traj: Trajectory, step: Step, draws: int) -> tuple[float, int] | None:
         """Draw a turn again when it would run or submit a failed submission's code
         (``redraw_repeats``): told the code failed, a greedy model repeats it, and a repeated turn
         can only fail again. The turn is taken as it is once the draws are spent (then flagged as a
-        repeat) or on a turn that is not such a repeat."""
+        repeat) or on a turn that is not such a repeat. Each draw has its own seed (``draw_seed``)."""
         cfg = self.config
         if cfg is None or not self.feedback or draws >= cfg.redraw_repeats or not self.failed:
             return None
         if not step.valid or step.action not in ("execute", "submit"):
             return None
-        return cfg.redraw_temperature if same_code(step.argument) in self.failed else None
+        if same_code(step.argument) not in self.failed:
+            return None
+        return cfg.redraw_temperature, draw_seed(cfg.redraw_seed, self.task.id, len(traj.steps), draws)
 
     def out_of_budget(self, traj: Trajectory) -> None:
         """SWE-agent's autosubmit (``submit_last_run_at_limit``): an episode that ran out of turns

@@ -195,6 +195,25 @@ def test_chunked_generation_matches_one_call(bounded, smol):
     assert remote["text"] + stop == expected.text
 
 
+def test_a_seeded_request_repeats_itself_whatever_the_chunks(bounded, smol):
+    """vLLM's ``seed``: a sampled completion drawn in chunks of 8 is the one a single local call draws
+    with that seed, a repeated request answers the same, and the endpoint policy sends it."""
+    model, tok = smol
+    _, url = bounded
+    cmpl = url + "/v1/completions"
+    ids = tok.encode("The history of the telescope begins", add_special_tokens=False)
+    local = LocalPolicy(model, tok).generate([ids], max_new_tokens=24, temperature=1.0, seeds=[11])[0]
+    body = {"prompt": [ids], "max_tokens": 24, "temperature": 1.0, "seed": 11}
+    first = _post(cmpl, body)["choices"][0]["text"]
+    assert first == local.text and _post(cmpl, body)["choices"][0]["text"] == first
+    pair = [c["text"] for c in _post(cmpl, {**body, "n": 2})["choices"]]
+    assert pair[0] == first and pair[1] != first  # the second completion draws with seed + 1
+    remote = EndpointPolicy(url, "smollm2-135m", tok, token_ids=True).generate(
+        [ids, ids], max_new_tokens=24, temperature=1.0, seeds=[11, None])
+    assert remote[0].token_ids == local.token_ids
+    assert "seed must be an integer" in _refused(cmpl, {"prompt": "a", "seed": "7"})
+
+
 def test_a_request_past_its_deadline_is_answered_504_and_stopped(smol):
     from research_agent.policy import BatchingPolicy
     from research_agent.serve import Limits

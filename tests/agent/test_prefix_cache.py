@@ -280,3 +280,44 @@ def test_growing_cache_appends_in_place_and_reallocates_when_rows_leave():
     new = torch.randn(2, 2, 1, 4, generator=g)
     cur2, buf2 = _append(kept, buf, new)
     assert buf2.data_ptr() != buf.data_ptr() and torch.equal(cur2, torch.cat([expect[[0, 2]], new], dim=-2))
+
+
+def test_a_seeded_sample_is_the_same_alone_in_a_batch_and_admitted_late(smol):
+    """A seeded row's sampled tokens depend on its seed, not on what shares its batch or on the global
+    generator: the eval's redrawn turns repeat when the run is repeated."""
+    model, tok = smol
+    a, b, c = _prompts(tok, ["What is the capital of Chile?", "Which ocean borders Kenya?", "Capital of Peru?"])
+    torch.manual_seed(0)
+    alone = LocalPolicy(model, tok).generate([a], max_new_tokens=16, temperature=1.0, seeds=[7])[0]
+    torch.manual_seed(1)  # the global generator moved: a seeded row does not read it
+    batch = LocalPolicy(model, tok).generate([b, a, c], max_new_tokens=16, temperature=1.0, seeds=[None, 7, 8])
+    assert batch[1].token_ids == alone.token_ids
+    steps = [0]
+
+    def admit(active):
+        steps[0] += 1
+        return [a] if steps[0] == 3 else []
+
+    late = LocalPolicy(model, tok).generate_continuous([b, c], admit=admit, on_done=lambda i, g: None,
+                                                       max_new_tokens=16, temperature=1.0,
+                                                       seeds=lambda i: (None, 8, 7)[i])
+    assert late[2].token_ids == alone.token_ids and late[1].token_ids == batch[2].token_ids
+    # other seeds are other samples; the unseeded rows still sample from the global generator
+    others = {tuple(LocalPolicy(model, tok).generate([a], max_new_tokens=16, temperature=1.0, seeds=[s])[0].token_ids)
+              for s in range(1, 6)}
+    assert len(others) > 1
+    # plain generate (the reference path) repeats itself too, one seeded row at a time
+    plain = LocalPolicy(model, tok, prefix_cache=False)
+    x = plain.generate([a, b], max_new_tokens=12, temperature=1.0, seeds=[7, None])[0]
+    assert plain.generate([a], max_new_tokens=12, temperature=1.0, seeds=[7])[0].token_ids == x.token_ids
+
+
+def test_seeded_uniforms_are_uniform_and_a_function_of_seed_and_position():
+    from research_agent.prefix_cache import seeded_uniform
+
+    draws = [seeded_uniform(3, k) for k in range(20_000)]
+    assert all(0.0 <= u < 1.0 for u in draws)
+    assert abs(sum(draws) / len(draws) - 0.5) < 0.01
+    assert sum(u < 0.1 for u in draws) / len(draws) == pytest.approx(0.1, abs=0.01)
+    assert seeded_uniform(3, 5) == seeded_uniform(3, 5) != seeded_uniform(4, 5)
+    assert len({seeded_uniform(s, 0) for s in range(1000)}) == 1000  # neighbouring seeds do not collide

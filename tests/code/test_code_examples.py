@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from research_agent.code.agent import CodeAgent, CodeAgentConfig
-from research_agent.code.env import failure_details
+from research_agent.code.env import draw_seed, failure_details
 from research_agent.code.examples import docstring_examples, validated_examples, visible_test_script
 from research_agent.code.sandbox import run_python
 from research_agent.code.tasks import run_tests
@@ -228,6 +228,10 @@ def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_
     assert traj.steps[1].info["redrawn"] == 1 and "repeat_of" not in traj.steps[1].info
     assert "redrawn" not in traj.steps[0].info  # a first failure is no repeat
     assert [s["temperature"] for s in policy.settings] == [0.0, 0.0, 0.7]
+    # the draw is seeded by the run's seed, the task, the turn and the draw: a re-run draws it again
+    assert [s["seeds"] for s in policy.settings] == [None, None, [draw_seed(0, task.id, 1, 0)]]
+    assert len({draw_seed(0, task.id, 1, 0), draw_seed(1, task.id, 1, 0), draw_seed(0, task.id, 2, 0),
+                draw_seed(0, task.id, 1, 1), draw_seed(0, "HumanEval/1", 1, 0)}) == 5
     # the redrawn turn's tokens are the sample's, not the rejected draw's
     assert traj.steps[1].completion_ids == tok.encode(script[2], add_special_tokens=False)
 
@@ -241,6 +245,7 @@ def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_
     assert third.info["redrawn"] == 2 and third.info["repeat_of"] == 1 and third.action == "submit"
     assert "same code as your submission 1" in third.observation and traj.gold["passed"] is False
     assert [s["temperature"] for s in policy.settings] == [0.0, 0.0, 0.0, 0.9, 0.9]
+    assert [s["seeds"] for s in policy.settings][3:] == [[draw_seed(0, task.id, 2, d)] for d in (0, 1)]
 
     # off (and in RL rollouts): every turn is taken as drawn
     policy = ScriptedPolicy(tok, [f"```submit\n{wrong}```\n", f"```submit\n{wrong}```\n", "unused"])

@@ -356,3 +356,28 @@ def test_first_signal_asks_for_a_drain_not_an_exit():
         os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the handler only sets the event
         assert stop.wait(5)
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_drain_with_a_deadline_aborts_the_tasks_still_in_flight():
+    """``--drain-s``: the drain gets the second signal's action once its time is up; a drain that ends
+    in time is not aborted afterwards."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from eval.code import drain_on_signals, main
+
+    stop, aborted = threading.Event(), threading.Event()
+    with drain_on_signals(stop, drain_s=0.2, abort=lambda signum: aborted.set()):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(5) and not aborted.is_set()  # draining
+        assert aborted.wait(5)  # time is up: the tasks still in flight are given up
+    stop, aborted = threading.Event(), threading.Event()
+    with drain_on_signals(stop, drain_s=0.3, abort=lambda signum: aborted.set()):
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.wait(5)
+    time.sleep(0.5)
+    assert not aborted.is_set()  # the drain ended in time: its deadline went with it
+    with pytest.raises(SystemExit):
+        main(["--tasks", "humaneval", "--out", "x", "--drain-s", "-1"])
