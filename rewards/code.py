@@ -20,12 +20,20 @@ def _submissions(traj: Any) -> list[bool]:
 
 
 def _passed(traj: Any) -> bool:
+    """The verdict pass@1 scores: the last submission's, or the autosubmitted code's when the episode
+    ran out of turns on a run (``submit_last_run_at_limit``), so the reward and the trainer's pass rate
+    never disagree about the same trajectory."""
+    if (getattr(traj, "meta", None) or {}).get("autosubmitted"):
+        return bool((getattr(traj, "gold", None) or {}).get("passed"))
     subs = _submissions(traj)
     return bool(subs) and subs[-1]  # the last submission is the one that counts
 
 
 def code_shaped_reward(traj: Any) -> RewardResult:
-    """Seed shaping: 1.0 pass; 0.05·min(searches, 3) failed-but-searched; −0.1 no submission."""
+    """Seed shaping: 1.0 pass; 0.05·min(searches, 3) failed-but-searched; −0.1 no submission.
+
+    "No submission" reads the model's own actions: an autosubmitted episode that never submitted
+    still costs −0.1 (the protocol is taught), one that submitted and then ran its fix scores the fix."""
     submitted = bool(_submissions(traj))
     passed = _passed(traj)
     searches = traj.count("search")

@@ -177,7 +177,7 @@ def test_a_failed_submission_names_the_earlier_run_that_passes_the_examples(smol
 
 def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, humaneval_all):
     from eval.code import code_metrics
-    from rewards.code import code_shaped_reward
+    from rewards.code import code_shaped_reward, code_torl_reward
 
     _, tok = smol
     task = humaneval_all[0]
@@ -190,6 +190,7 @@ def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, human
     metrics = code_metrics([traj])
     assert metrics["submitted"] == 0.0 and metrics["autosubmitted"] == 1.0 and metrics["pass_at_1"] == 1.0
     assert code_shaped_reward(traj).score == -0.1  # the model's own protocol is still read
+    assert code_torl_reward(traj).score == 1.0  # the verdict pass@1 scores
 
     off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=2, submit_last_run_at_limit=False)
     traj = CodeAgent(ScriptedPolicy(tok, ran + ["unused"]), task, None, off).run()
@@ -204,10 +205,14 @@ def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, human
     assert traj.stop_reason == "max_turns" and traj.count("submit") == 1
     assert traj.meta["autosubmitted"] and traj.gold["passed"] is True
     assert traj.answer.strip() == task.meta["reference"].strip()
+    # the reward scores the fix, as pass@1 and the trainer's pass rate do, not the failed submission
+    assert code_shaped_reward(traj).score == 1.0 and code_shaped_reward(traj).components["passed"] == 1.0
+    assert code_torl_reward(traj).score == 1.0
 
     again = [f"```submit\n{wrong}```\n", f"```python\n{wrong}```\n", "unused"]
     traj = CodeAgent(ScriptedPolicy(tok, again), task, None, replace(cfg, redraw_repeats=0)).run()
     assert "autosubmitted" not in traj.meta and traj.gold["passed"] is False and traj.answer.strip() == wrong.strip()
+    assert code_shaped_reward(traj).score == 0.0 and code_torl_reward(traj).score == -1.0
 
     before = [ran[0], f"```submit\n{wrong}```\n", "unused"]  # the run came before the FAIL answer
     traj = CodeAgent(ScriptedPolicy(tok, before), task, None, cfg).run()
