@@ -20,7 +20,7 @@ def read_metrics(path: str | Path) -> list[dict]:
     return rows
 
 
-REWARD_KEYS = (("reward", "reward"), ("pass_rate", "pass rate"), ("answer_rate", "answer rate"))
+REWARD_KEYS = (("reward", "reward"), ("pass_rate", "pass rate"), ("answer_rate", "answer (code: submit) rate"))
 TOOLS = ("search", "open", "find", "execute", "submit")
 
 

@@ -156,12 +156,17 @@ def make_reward(spec: str):
 
 def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list[bool],
                     tools: tuple[str, ...] = ResearchTasks.tools) -> dict:
-    """Batch means; ``answer_rate`` is the submission rate for code, ``tool_rate/<tool>`` calls per trajectory."""
+    """Batch means; ``answer_rate`` is the submission rate for code, ``tool_rate/<tool>`` calls per trajectory.
+
+    A code trajectory's answer may be the code it last ran, scored at the turn limit (autosubmit):
+    counting that as an answer would show every episode submitting while the model never did, so
+    with a submit tool the rate counts the model's own submissions."""
     n = max(1, len(trajs))
+    submits = "submit" in tools
     m = {
         "reward": sum(rewards) / n,
         "pass_rate": sum(correct) / n,
-        "answer_rate": sum(t.answered for t in trajs) / n,
+        "answer_rate": sum((t.count("submit") > 0) if submits else t.answered for t in trajs) / n,
         "void_turn_rate": sum(t.has_void_turn for t in trajs) / n,
         "error_rate": sum(t.stop_reason == "error" for t in trajs) / n,  # could not start (e.g. prompt too long)
         "turns": sum(t.turns for t in trajs) / n,

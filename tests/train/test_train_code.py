@@ -7,6 +7,7 @@ backward passes cheap; the loaders themselves are tested on the real benchmarks 
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -79,6 +80,10 @@ def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, 
     m = rollout_metrics(trajs, rewards, correct, CODE.tools)
     assert m["pass_rate"] == 0.5 and m["answer_rate"] == 1.0
     assert (m["tool_rate/execute"], m["tool_rate/search"], m["tool_rate/submit"]) == (0.5, 0.5, 1.0)
+    ran_out = copy.deepcopy(trajs[0])  # turns ran out after a run: scored on that code, never submitted
+    ran_out.steps = ran_out.steps[:1]
+    ran_out.meta["autosubmitted"] = True
+    assert ran_out.answered and rollout_metrics([ran_out], [-0.1], [False], CODE.tools)["answer_rate"] == 0.0
 
     lora = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     base = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
