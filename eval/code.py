@@ -294,8 +294,8 @@ def drain_on_signals(stop: threading.Event, drain_s: float | None = None, abort=
         within = f" for up to {drain_s:g} s" if drain_s is not None else ""
         print(f"\nstopping: finishing the tasks in flight{within} (they are saved); signal again to abort them",
               file=sys.stderr, flush=True)
-        if drain_s is not None:
-            timers.append(threading.Timer(drain_s, abort, args=(signum,)))
+        if drain_s is not None:  # the signal again, not abort(): only the main thread may set a handler
+            timers.append(threading.Timer(drain_s, os.kill, args=(os.getpid(), signum)))
             timers[-1].daemon = True
             timers[-1].start()
 

@@ -4,6 +4,7 @@ table, the seed's bar plot (with the after-RL bar), and a tiny real-model run th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -381,3 +382,30 @@ def test_a_drain_with_a_deadline_aborts_the_tasks_still_in_flight():
     assert not aborted.is_set()  # the drain ended in time: its deadline went with it
     with pytest.raises(SystemExit):
         main(["--tasks", "humaneval", "--out", "x", "--drain-s", "-1"])
+
+
+def test_a_drain_deadline_ends_a_real_process():
+    """The deadline fires on a timer thread, where Python refuses to set a signal handler: the real
+    abort has to run in the main thread (a test double for it ran anywhere and hid that)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import threading, time\n"
+         "from eval.code import drain_on_signals\n"
+         "with drain_on_signals(threading.Event(), drain_s=0.5):\n"
+         "    print('ready', flush=True)\n"
+         "    time.sleep(60)  # a task still in flight\n"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=20) == -signal.SIGTERM
+        assert time.monotonic() - t0 < 20
+        assert "stopping: finishing the tasks in flight for up to 0.5 s" in child.stderr.read()
+    finally:
+        child.kill()
