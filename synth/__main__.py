@@ -132,7 +132,7 @@ def cmd_sft_export(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m synth", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("qa", help="synthesize verified QA pairs (single- and multi-hop) from a corpus")
@@ -184,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--confidence-keep", type=float, default=None,
                    help="keep this share of the most confident trajectories (DeepConf lowest-group)")
     s.set_defaults(fn=cmd_sft_export)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.fn(args)
 
 

@@ -51,6 +51,9 @@ class Recipe:
     max_new_tokens: int = 48
     max_total_tokens: int = 3072
     concurrency: int = 8
+    # every stage searches the same way: the demonstrations' hits are what SFT imitates and RL and the
+    # evals must see the same ranking; "bm25" skips the dense encoder (faster on a CPU, no embedding model)
+    retriever: str = "hybrid"
 
     @classmethod
     def quick(cls, out: Path, model: str) -> Recipe:
@@ -62,12 +65,12 @@ class StageFailed(RuntimeError):
 
 
 def _agent_flags(r: Recipe) -> list[str]:
-    return ["--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
+    return ["--retriever", r.retriever, "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
             "--max-new-tokens", str(r.max_new_tokens), "--max-total-tokens", str(r.max_total_tokens)]
 
 
 def _eval_sets(r: Recipe) -> list[str]:
-    return ["--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
+    return ["--retriever", r.retriever, "--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
             "--set", f"max_new_tokens={r.max_new_tokens}", "--set", f"max_total_tokens={r.max_total_tokens}"]
 
 
@@ -81,6 +84,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
         ("demonstrations", "synth.__main__", ["trajectories", "--qa", str(default_task_file()), "--policy", "reference",
                                      "--model", r.model, "--split", "train", "--limit", str(r.demos),
                                      "--out", str(o / "demonstrations"), "--concurrency", str(r.concurrency),
+                                     "--retriever", r.retriever,
                                      "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
                                      "--set", f"max_total_tokens={r.max_total_tokens}"]),
         ("sft-export", "synth.__main__", ["sft-export", "--trajectories", str(o / "demonstrations"), "--out",
@@ -147,11 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--demos", type=int, help="train questions with a demonstration (default 240)")
     p.add_argument("--rl-steps", type=int, help="RL optimizer steps (default 30)")
     p.add_argument("--eval-limit", type=int, help="held-out factbook-test questions per eval (default 100)")
+    p.add_argument("--retriever", choices=["dense", "bm25", "hybrid"],
+                   help="how every stage searches the corpus (default hybrid; bm25 needs no embedding model)")
     p.add_argument("--only", nargs="*", help="run only these stages (names as printed)")
     args = p.parse_args(argv)
     out = Path(args.out)
     r = Recipe.quick(out, args.model) if args.quick else Recipe(out=out, model=args.model)
-    for field in ("demos", "rl_steps", "eval_limit"):
+    for field in ("demos", "rl_steps", "eval_limit", "retriever"):
         if getattr(args, field) is not None:
             setattr(r, field, getattr(args, field))
     try:

@@ -49,6 +49,23 @@ def test_stages_chain_the_package_clis_in_order(tmp_path):
         assert callable(importlib.import_module(module).main)
 
 
+def test_every_searching_stage_uses_the_recipes_retriever(tmp_path):
+    """Demonstrations, RL and the evals must rank hits the same way, or SFT imitates searches the
+    evaluated agent never sees; and each CLI must accept the flag as the recipe spells it."""
+    plan = stages(Recipe(out=tmp_path, retriever="bm25"))
+    argv = {n: a for n, _, a in plan}
+    for n in ("demonstrations", "rl", "eval-base", "eval-sft", "eval-rl"):
+        assert argv[n][argv[n].index("--retriever") + 1] == "bm25", n
+    from eval.cli import build_parser
+    from research_agent.train.config import load_config
+    from synth.__main__ import build_parser as synth_parser
+
+    assert synth_parser().parse_args(argv["demonstrations"]).retriever == "bm25"
+    assert build_parser().parse_args(argv["eval-rl"]).retriever == "bm25"
+    assert load_config(argv["rl"])[0].retriever == "bm25"
+    assert "--retriever" not in argv["sft"]  # SFT does not search
+
+
 @pytest.fixture
 def stage_module(tmp_path, monkeypatch):
     """A real module on sys.path standing in for a stage CLI: records its argv, exits with a set code."""
