@@ -166,6 +166,17 @@ class CodeAgentConfig:
         },
     )
 
+    suggest_search: bool = field(
+        default=False,
+        metadata={
+            "help": "multi-tool: a run or a failed submission whose error is a library API mistake ('DataFrame' "
+            "object has no attribute 'append', Series.corr() missing an argument, an unexpected keyword) is "
+            "answered with a docs search to make for it ('<search>pandas DataFrame append</search>'), once "
+            "per API and episode. qwen2.5-coder-0.5b made no search in 100 DataFrameBench tasks although 9 "
+            "of them failed on such an error (docs/results.md)"
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")

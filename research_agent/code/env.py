@@ -146,6 +146,7 @@ class CodeEnvironment:
         self._failed_at_run: int | None = None  # the run count when a submission was last answered FAIL
         self._passes_examples: dict[str, bool] = {}  # same_code -> verdict of the examples on it
         self.passed = False
+        self.suggested: set[str] = set()  # API queries already suggested (suggest_search) or searched
 
     STOP_STRINGS = STOP_STRINGS  # the name parsers and demos have always used
 
@@ -293,7 +294,11 @@ class CodeEnvironment:
         if last_turn:
             traj.stop_reason = "submit"
         details = failure_details(self.last_result) if self.last_result is not None else body
-        return self._stub_note(step, self._failed(step, details)), self.budget_note(traj)
+        note = self.budget_note(traj)
+        if note and (suggestion := self._search_suggestion(details)):  # only when a turn follows
+            step.info["note"] = suggestion
+            note = f"{suggestion} {note}"
+        return self._stub_note(step, self._failed(step, details)), note
 
     def _failed(self, step: Step, details: str) -> str:
         """The FAIL answer; a repeat of a failed submission is told so (``flag_repeats``)."""
@@ -476,6 +481,8 @@ class CodeEnvironment:
                 info["repeat_of"] = failed[0]
             elif self.submit_hint and res.ok and not res.error and defines:
                 info["note"] = prompts.SUBMIT_HINT.format(name=self.task.entry_point)
+            elif res.error and (suggestion := self._search_suggestion(res.error)):
+                info["note"] = suggestion
             return truncate(body, OBSERVATION_CHARS), info, False
         if action == "submit":
             argument, error = self.resolve_submit(argument)
@@ -503,7 +510,20 @@ class CodeEnvironment:
         name = re.escape(self.task.entry_point)
         return re.search(rf"(?m)^\s*(async\s+)?def\s+{name}\s*\(|^\s*class\s+{name}\b", code) is not None
 
+    def _search_suggestion(self, error: str) -> str | None:
+        """The docs search to suggest for an API mistake in ``error`` (``suggest_search``), once per
+        query and episode; None outside multi-tool, without docs, or for a mistake on Python's own types."""
+        cfg = self.config
+        if cfg is None or not getattr(cfg, "suggest_search", False) or cfg.mode != "multi-tool" or self.docs_browser is None:
+            return None
+        found = api_error_query(error, self.task.entry_point)
+        if found is None or found[1].lower() in self.suggested:
+            return None
+        self.suggested.add(found[1].lower())
+        return prompts.SEARCH_SUGGESTION.format(api=found[0], query=found[1])
+
     def _search(self, query: str) -> tuple[str, dict, bool]:
+        self.suggested.add(" ".join(query.lower().split()))
         if self.docs_browser is None:
             return prompts.NO_DOCS, {"hits": []}, False
         try:
@@ -520,6 +540,45 @@ class CodeEnvironment:
                 text = hit.snippet
             blocks.append(f"[{hit.title}]\n{truncate(text.strip(), HIT_CHARS)}")
         return truncate("\n\n".join(blocks), OBSERVATION_CHARS), {"hits": [h.chunk_id for h in hits]}, False
+
+
+# Python's own types: an AttributeError on them is a logic slip (a list where a DataFrame was meant),
+# which the API docs do not answer.
+_BUILTIN_TYPES = frozenset("list dict str int float complex tuple set frozenset bool bytes bytearray NoneType "
+                           "function builtin_function_or_method method module type object range generator".split())
+_NO_ATTRIBUTE = re.compile(r"'([A-Za-z_][\w.]*)' object has no attribute '(\w+)'")
+_MODULE_NO_ATTRIBUTE = re.compile(r"module '([A-Za-z_][\w.]*)' has no attribute '(\w+)'")
+_BAD_CALL = re.compile(r"\b([A-Za-z_][\w.]*)\(\) (got an unexpected keyword argument '(\w+)'|missing \d+ required "
+                       r"(?:positional|keyword-only) arguments?|takes \d+ positional arguments?)")
+# the libraries whose classes the tasks use, so a query names its library as the demonstrations do
+_LIBRARY_OF = {"DataFrame": "pandas", "Series": "pandas", "Index": "pandas", "Timestamp": "pandas",
+               "DataFrameGroupBy": "pandas", "SeriesGroupBy": "pandas", "ndarray": "numpy",
+               "Axes": "matplotlib", "Figure": "matplotlib", "Rectangle": "matplotlib"}
+
+
+def api_error_query(error: str, entry_point: str = "") -> tuple[str, str] | None:
+    """(the API, a docs query) for the first library API mistake an error names: an attribute a
+    library object lacks, or a call with a wrong argument. Mistakes on Python's own types and calls
+    of the task's entry point are not API questions."""
+    for rx in (_NO_ATTRIBUTE, _MODULE_NO_ATTRIBUTE):
+        m = rx.search(error)
+        if m and m.group(1) not in _BUILTIN_TYPES:
+            owner, attr = m.group(1), m.group(2)
+            api = f"{owner}.{attr}"
+            break
+    else:
+        m = _BAD_CALL.search(error)
+        called = m.group(1).removesuffix(".__init__") if m else ""  # a constructor: the class is the API
+        if m is None or called.split(".")[-1] in (entry_point, *_BUILTIN_TYPES):
+            return None
+        owner, _, attr = called.rpartition(".")
+        api = called
+        if m.group(3):  # the keyword it does not take: the query asks for the call's parameters
+            attr = f"{attr} {m.group(3)}"
+    parts = owner.split(".") if owner else []
+    library = _LIBRARY_OF.get(parts[-1] if parts else attr.split()[0])
+    words = ([library] if library and library not in parts else []) + [p for p in parts if p] + attr.split()
+    return api, " ".join(words)
 
 
 def entry_point_is_stub(code: str, name: str) -> bool:

@@ -334,3 +334,66 @@ def test_inline_observations_stay_in_the_models_turn(smol, tasks):
     _stream_matches_prompts(policy, traj)
     with pytest.raises(ValueError, match="observation_format"):
         CodeAgentConfig(observation_format="xml")
+
+
+def test_api_errors_become_docs_queries_and_python_slips_do_not():
+    from research_agent.code.env import api_error_query
+
+    cases = {
+        "AttributeError: 'DataFrame' object has no attribute 'append'": ("DataFrame.append", "pandas DataFrame append"),
+        "AttributeError: 'numpy.ndarray' object has no attribute 'median'. Did you mean: 'mean'?":
+            ("numpy.ndarray.median", "numpy ndarray median"),
+        "TypeError: Series.corr() missing 1 required positional argument: 'other'": ("Series.corr", "pandas Series corr"),
+        "TypeError: regplot() got an unexpected keyword argument 'hue'": ("regplot", "regplot hue"),
+        "TypeError: Rectangle.__init__() missing 1 required positional argument: 'height'":
+            ("Rectangle", "matplotlib Rectangle"),
+        "AttributeError: module 'pandas' has no attribute 'read_txt'": ("pandas.read_txt", "pandas read_txt"),
+        # in a unittest failure line, as the FAIL answer shows it
+        "test_plot: AttributeError: 'DataFrame' object has no attribute 'tolist'": ("DataFrame.tolist", "pandas DataFrame tolist"),
+    }
+    for error, want in cases.items():
+        assert api_error_query(error, "task_func") == want, error
+    for slip in ("AttributeError: 'list' object has no attribute 'items'",
+                 "TypeError: list indices must be integers or slices, not str",
+                 "TypeError: task_func() takes 0 positional arguments but 1 was given",
+                 "TypeError: int() takes 1 positional argument", "NameError: name 'x' is not defined"):
+        assert api_error_query(slip, "task_func") is None, slip
+
+
+def test_suggest_search_answers_an_api_mistake_with_the_query_once(smol, tasks, docs_browser):
+    """qwen never searched, also after AttributeErrors the docs answer: with suggest_search the
+    error's answer names the search to make; the model's own search of it (or an earlier suggestion)
+    is not suggested again; Python's own slips and code-only runs get no suggestion."""
+    _, tok = smol
+    task = tasks[0]
+    bad = "import json\nprint(json.dumps({'a': 1}, indnt=2))"
+    script = [_fenced("python", bad), _fenced("python", bad), "<search>JSONEncoder indnt</search>",
+              _fenced("python", "print([].items())"), _fenced("submit", task.meta["reference"])]
+    cfg = CodeAgentConfig(mode="multi-tool", suggest_search=True, max_turns=5, max_tool_calls=5, redraw_repeats=0)
+    traj = CodeAgent(ScriptedPolicy(tok, list(script)), task, docs_browser.fork(), cfg).run()
+    run1, run2, search, slip, submit = traj.steps
+    assert "JSONEncoder" in run1.info["note"] and "<search>JSONEncoder indnt</search>" in run1.observation
+    assert "note" not in run2.info and "<search>" not in run2.observation  # once per API and episode
+    assert search.action == "search" and search.info["hits"]
+    assert "note" not in slip.info and "<search>" not in slip.observation  # a list has no items: not an API question
+    assert submit.info["passed"] is True
+
+    for off in (CodeAgentConfig(mode="multi-tool", max_turns=5, max_tool_calls=5),  # off by default
+                CodeAgentConfig(mode="code-only", suggest_search=True, max_turns=5, max_tool_calls=5)):
+        turns = [t for t in script if not t.startswith("<search>")]
+        traj = CodeAgent(ScriptedPolicy(tok, turns), task, docs_browser.fork(), off).run()
+        assert not any("<search>" in s.observation for s in traj.steps)
+
+
+def test_suggest_search_follows_a_failed_submission_that_names_an_api(smol, dataframebench_two, docs_browser):
+    _, tok = smol
+    task = dataframebench_two[1]
+    wrong = (f"import pandas as pd\ndef {task.entry_point}(*args, **kwargs):\n"
+             "    return pd.DataFrame({'a': [1]}).append({'a': 2}, ignore_index=True)")
+    cfg = CodeAgentConfig(mode="multi-tool", suggest_search=True, max_turns=3, redraw_repeats=0)
+    traj = CodeAgent(ScriptedPolicy(tok, [_fenced("submit", wrong), "<search>pandas concat</search>", "unused"]),
+                     task, docs_browser.fork(), cfg).run()
+    submit = traj.steps[0]
+    assert submit.info["passed"] is False and "has no attribute 'append'" in submit.observation
+    assert "<search>pandas DataFrame append</search>" in submit.observation
+    assert submit.info["note"].startswith("`DataFrame.append`")
