@@ -88,6 +88,9 @@ def code_metrics(trajs: list[Trajectory]) -> dict[str, Any]:
         # turns that repeated one all the same
         "redrawn_turns": mean(sum(1 for s in t.steps if s.info.get("redrawn")) for t in trajs),
         "repeated_turns": mean(sum(1 for s in t.steps if s.info.get("repeat_of")) for t in trajs),
+        # suggest_search: errors answered with a docs query, and how many of those the next turn searched
+        "suggested_searches": mean(sum(1 for s in t.steps if s.info.get("suggested_search")) for t in trajs),
+        "suggestions_taken": sum(_suggestions_taken(t) for t in trajs),
         "tool_calls": {a: mean(t.count(a) for t in trajs) for a in COUNTED},
         "refused_calls": mean(sum(1 for s in t.steps if s.info.get("refused")) for t in trajs),
         "execution_error_rate": mean(
@@ -100,6 +103,12 @@ def code_metrics(trajs: list[Trajectory]) -> dict[str, Any]:
         "reward_shaped": mean(code_shaped_reward(t).score for t in trajs),
         "reward_torl": mean(code_torl_reward(t).score for t in trajs),
     }
+
+
+def _suggestions_taken(traj: Trajectory) -> int:
+    """Suggested searches (``suggest_search``) the very next turn made."""
+    return sum(1 for s, nxt in zip(traj.steps, traj.steps[1:], strict=False)
+               if s.info.get("suggested_search") and nxt.action == "search")
 
 
 def comparison_table(rows: dict[str, dict[str, Any]]) -> str:
@@ -231,6 +240,7 @@ LEGACY_AGENT_CONFIG = {
     "redraw_repeats": 0,
     # runs before seeded redraws drew unseeded; they resume as seed 0 (a redraw is a sample either way)
     "redraw_seed": 0,
+    "suggest_search": False,  # runs before the option made no suggestion
 }
 
 

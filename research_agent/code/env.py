@@ -296,8 +296,8 @@ class CodeEnvironment:
         details = failure_details(self.last_result) if self.last_result is not None else body
         note = self.budget_note(traj)
         if note and (suggestion := self._search_suggestion(details)):  # only when a turn follows
-            step.info["note"] = suggestion
-            note = f"{suggestion} {note}"
+            step.info["suggested_search"], step.info["note"] = suggestion
+            note = f"{suggestion[1]} {note}"
         return self._stub_note(step, self._failed(step, details)), note
 
     def _failed(self, step: Step, details: str) -> str:
@@ -482,7 +482,7 @@ class CodeEnvironment:
             elif self.submit_hint and res.ok and not res.error and defines:
                 info["note"] = prompts.SUBMIT_HINT.format(name=self.task.entry_point)
             elif res.error and (suggestion := self._search_suggestion(res.error)):
-                info["note"] = suggestion
+                info["suggested_search"], info["note"] = suggestion
             return truncate(body, OBSERVATION_CHARS), info, False
         if action == "submit":
             argument, error = self.resolve_submit(argument)
@@ -510,9 +510,10 @@ class CodeEnvironment:
         name = re.escape(self.task.entry_point)
         return re.search(rf"(?m)^\s*(async\s+)?def\s+{name}\s*\(|^\s*class\s+{name}\b", code) is not None
 
-    def _search_suggestion(self, error: str) -> str | None:
-        """The docs search to suggest for an API mistake in ``error`` (``suggest_search``), once per
-        query and episode; None outside multi-tool, without docs, or for a mistake on Python's own types."""
+    def _search_suggestion(self, error: str) -> tuple[str, str] | None:
+        """(query, note): the docs search to suggest for an API mistake in ``error`` (``suggest_search``),
+        once per query and episode; None outside multi-tool, without docs, or for a mistake on Python's
+        own types."""
         cfg = self.config
         if cfg is None or not getattr(cfg, "suggest_search", False) or cfg.mode != "multi-tool" or self.docs_browser is None:
             return None
@@ -520,7 +521,7 @@ class CodeEnvironment:
         if found is None or found[1].lower() in self.suggested:
             return None
         self.suggested.add(found[1].lower())
-        return prompts.SEARCH_SUGGESTION.format(api=found[0], query=found[1])
+        return found[1], prompts.SEARCH_SUGGESTION.format(api=found[0], query=found[1])
 
     def _search(self, query: str) -> tuple[str, dict, bool]:
         self.suggested.add(" ".join(query.lower().split()))

@@ -372,11 +372,15 @@ def test_suggest_search_answers_an_api_mistake_with_the_query_once(smol, tasks, 
     cfg = CodeAgentConfig(mode="multi-tool", suggest_search=True, max_turns=5, max_tool_calls=5, redraw_repeats=0)
     traj = CodeAgent(ScriptedPolicy(tok, list(script)), task, docs_browser.fork(), cfg).run()
     run1, run2, search, slip, submit = traj.steps
-    assert "JSONEncoder" in run1.info["note"] and "<search>JSONEncoder indnt</search>" in run1.observation
+    assert run1.info["suggested_search"] == "JSONEncoder indnt" and "<search>JSONEncoder indnt</search>" in run1.observation
     assert "note" not in run2.info and "<search>" not in run2.observation  # once per API and episode
     assert search.action == "search" and search.info["hits"]
     assert "note" not in slip.info and "<search>" not in slip.observation  # a list has no items: not an API question
     assert submit.info["passed"] is True
+    from eval.code import code_metrics
+
+    metrics = code_metrics([traj])  # the search came a turn late: suggested once, not taken
+    assert metrics["suggested_searches"] == 1 and metrics["suggestions_taken"] == 0
 
     for off in (CodeAgentConfig(mode="multi-tool", max_turns=5, max_tool_calls=5),  # off by default
                 CodeAgentConfig(mode="code-only", suggest_search=True, max_turns=5, max_tool_calls=5)):
@@ -396,4 +400,8 @@ def test_suggest_search_follows_a_failed_submission_that_names_an_api(smol, data
     submit = traj.steps[0]
     assert submit.info["passed"] is False and "has no attribute 'append'" in submit.observation
     assert "<search>pandas DataFrame append</search>" in submit.observation
-    assert submit.info["note"].startswith("`DataFrame.append`")
+    assert submit.info["suggested_search"] == "pandas DataFrame append"
+    assert submit.info["note"].startswith("`DataFrame.append`") and traj.steps[1].action == "search"
+    from eval.code import code_metrics
+
+    assert code_metrics([traj])["suggestions_taken"] == 1
