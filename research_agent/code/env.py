@@ -515,7 +515,7 @@ class CodeEnvironment:
         once per query and episode; None outside multi-tool, without docs, or for a mistake on Python's
         own types."""
         cfg = self.config
-        if cfg is None or not getattr(cfg, "suggest_search", False) or cfg.mode != "multi-tool" or self.docs_browser is None:
+        if cfg is None or not cfg.suggest_search or cfg.mode != "multi-tool" or self.docs_browser is None:
             return None
         found = api_error_query(error, self.task.entry_point)
         if found is None or found[1].lower() in self.suggested:
