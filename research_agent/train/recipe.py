@@ -65,12 +65,14 @@ class StageFailed(RuntimeError):
 
 
 def _agent_flags(r: Recipe) -> list[str]:
-    return ["--retriever", r.retriever, "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
+    return ["--retriever", r.retriever,
+            "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
             "--max-new-tokens", str(r.max_new_tokens), "--max-total-tokens", str(r.max_total_tokens)]
 
 
 def _eval_sets(r: Recipe) -> list[str]:
-    return ["--retriever", r.retriever, "--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
+    return ["--retriever", r.retriever,
+            "--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
             "--set", f"max_new_tokens={r.max_new_tokens}", "--set", f"max_total_tokens={r.max_total_tokens}"]
 
 
