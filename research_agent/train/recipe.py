@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--demos", type=int, help="train questions with a demonstration (default 240)")
     p.add_argument("--rl-steps", type=int, help="RL optimizer steps (default 30)")
     p.add_argument("--eval-limit", type=int, help="held-out factbook-test questions per eval (default 100)")
-    p.add_argument("--retriever", choices=["dense", "bm25", "hybrid"],
+    from corpus.local import MODES as RETRIEVERS
+
+    p.add_argument("--retriever", choices=RETRIEVERS,
                    help="how every stage searches the corpus (default hybrid; bm25 needs no embedding model)")
     p.add_argument("--only", nargs="*", help="run only these stages (names as printed)")
     args = p.parse_args(argv)
