@@ -84,10 +84,11 @@ def code_metrics(trajs: list[Trajectory]) -> dict[str, Any]:
         "pass_at_1": mean(bool(t.gold.get("passed")) for t in trajs),
         "submitted": mean(t.count("submit") > 0 for t in trajs),
         "autosubmitted": mean(bool(t.meta.get("autosubmitted")) for t in trajs),
-        # turns drawn again because they repeated a failed submission's code (redraw_repeats), and
-        # turns that repeated one all the same
+        # turns drawn again because they repeated a failed submission's code or a run that raised
+        # (redraw_repeats, redraw_failed_runs), and turns that repeated either all the same
         "redrawn_turns": mean(sum(1 for s in t.steps if s.info.get("redrawn")) for t in trajs),
         "repeated_turns": mean(sum(1 for s in t.steps if s.info.get("repeat_of")) for t in trajs),
+        "repeated_failed_runs": mean(sum(1 for s in t.steps if s.info.get("repeat_of_run")) for t in trajs),
         # suggest_search: errors answered with a docs query, and how many of those the next turn searched
         "suggested_searches": mean(sum(1 for s in t.steps if s.info.get("suggested_search")) for t in trajs),
         "suggestions_taken": sum(_suggestions_taken(t) for t in trajs),
@@ -238,6 +239,7 @@ LEGACY_AGENT_CONFIG = {
     "recall_passing_run": False,
     "submit_last_run_at_limit": False,
     "redraw_repeats": 0,
+    "redraw_failed_runs": False,  # runs before the option redrew failed submissions' code only
     # runs before seeded redraws drew unseeded; they resume as seed 0 (a redraw is a sample either way)
     "redraw_seed": 0,
     "suggest_search": False,  # runs before the option made no suggestion

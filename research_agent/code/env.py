@@ -143,6 +143,7 @@ class CodeEnvironment:
         self.failed: dict[str, tuple[int, str]] = {}  # a failed submission's code (same_code) -> (number, failure)
         self.runs: list[tuple[int, str]] = []  # (run number, code) of each run defining the entry point
         self.executes = 0
+        self.failed_runs: dict[str, int] = {}  # the code (same_code) of a run that raised -> its run number
         self._failed_at_run: int | None = None  # the run count when a submission was last answered FAIL
         self._passes_examples: dict[str, bool] = {}  # same_code -> verdict of the examples on it
         self.passed = False
@@ -206,16 +207,19 @@ class CodeEnvironment:
         return self.feedback and traj.stop_reason == "submit"
 
     def redraw(self, traj: Trajectory, step: Step, draws: int) -> tuple[float, int] | None:
-        """Draw a turn again when it would run or submit a failed submission's code
-        (``redraw_repeats``): told the code failed, a greedy model repeats it, and a repeated turn
-        can only fail again. The turn is taken as it is once the draws are spent (then flagged as a
-        repeat) or on a turn that is not such a repeat. Each draw has its own seed (``draw_seed``)."""
+        """Draw a turn again when it would run or submit a failed submission's code, or run the code
+        of a run that raised (``redraw_repeats``, ``redraw_failed_runs``): told the code failed, a
+        greedy model repeats it, and a repeated turn can only fail again. The turn is taken as it is
+        once the draws are spent (then flagged as a repeat) or on a turn that is not such a repeat.
+        Each draw has its own seed (``draw_seed``)."""
         cfg = self.config
-        if cfg is None or not self.feedback or draws >= cfg.redraw_repeats or not self.failed:
+        if cfg is None or not self.feedback or draws >= cfg.redraw_repeats or not (self.failed or self.failed_runs):
             return None
         if not step.valid or step.action not in ("execute", "submit"):
             return None
-        if same_code(step.argument) not in self.failed:
+        key = same_code(step.argument)
+        raised = step.action == "execute" and cfg.redraw_failed_runs and key in self.failed_runs
+        if key not in self.failed and not raised:
             return None
         return cfg.redraw_temperature, draw_seed(cfg.redraw_seed, self.task.id, len(traj.steps), draws)
 
@@ -471,11 +475,16 @@ class CodeEnvironment:
                 parts.append(prompts.RUN_ERROR.format(error=res.error))
             body = "\n".join(parts) if parts else prompts.NO_OUTPUT
             info = {"ok": res.ok, "error": res.error}
+            key = same_code(argument)
+            if key in self.failed_runs:  # the same code raised before: it can only raise again
+                info["repeat_of_run"] = self.failed_runs[key]
+            elif res.error:
+                self.failed_runs[key] = self.executes
             defines = self._defines_entry_point(argument)
             if defines and not self._stub(argument):  # a stub is not "the code that ran"
                 self.last_run = argument
                 self.runs.append((self.executes, argument))
-            failed = self.failed.get(same_code(argument)) if self.feedback and self._option("flag_repeats") else None
+            failed = self.failed.get(key) if self.feedback and self._option("flag_repeats") else None
             if failed is not None:  # a note, not part of the body: the agent truncates bodies, never notes
                 info["note"] = prompts.RAN_FAILED_CODE.format(n=failed[0], failure=failed[1], name=self.task.entry_point)
                 info["repeat_of"] = failed[0]

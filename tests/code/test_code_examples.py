@@ -259,6 +259,38 @@ def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_
     assert len(policy.settings) == 2
 
 
+def test_a_run_that_repeats_a_run_that_raised_is_drawn_again(smol, humaneval_all):
+    _, tok = smol
+    task = humaneval_all[0]
+    crash = task.meta["stub"] + "    return xs[0]\n\nprint(undefined_name)\n"
+    right = task.meta["reference"]
+    # the run raised; the same run again is drawn again, and the sample is taken
+    script = [f"```python\n{crash}```\n", f"```python\n{crash}\n```\n", f"```submit\n{right}```\n", "unused"]
+    policy = ScriptedPolicy(tok, script)
+    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, redraw_repeats=2, redraw_temperature=0.7)
+    traj = CodeAgent(policy, task, None, cfg).run()
+    assert "NameError" in traj.steps[0].error
+    assert [s.action for s in traj.steps] == ["execute", "submit"] and traj.gold["passed"] is True
+    assert traj.steps[1].info["redrawn"] == 1
+    assert [s["seeds"] for s in policy.settings] == [None, None, [draw_seed(0, task.id, 1, 0)]]
+
+    # a run that did not raise, run again, is taken (its output may be what the model wants to read)
+    fine = task.meta["stub"] + "    return False\n"
+    policy = ScriptedPolicy(tok, [f"```python\n{fine}```\n", f"```python\n{fine}```\n", "unused"])
+    traj = CodeAgent(policy, task, None, replace(cfg, max_turns=2)).run()
+    assert [s.action for s in traj.steps] == ["execute", "execute"] and len(policy.settings) == 2
+    assert "redrawn" not in traj.steps[1].info and "repeat_of_run" not in traj.steps[1].info
+
+    # off: the repeat is taken, and marked as the rerun of run 1 (eval's repeated_failed_runs)
+    policy = ScriptedPolicy(tok, [f"```python\n{crash}```\n", f"```python\n{crash}```\n", "unused"])
+    traj = CodeAgent(policy, task, None, replace(cfg, max_turns=2, redraw_failed_runs=False)).run()
+    assert traj.steps[1].info["repeat_of_run"] == 1 and "redrawn" not in traj.steps[1].info
+    assert len(policy.settings) == 2 and "NameError" in traj.steps[1].error
+    from eval.code import code_metrics
+
+    assert code_metrics([traj])["repeated_failed_runs"] == 1
+
+
 def test_rl_rollouts_take_every_turn_as_drawn():
     from research_agent.tasks import CodeTasks
     from research_agent.train.config import TrainConfig
