@@ -142,11 +142,15 @@ def policy_node(state: EpisodeState) -> Command[Literal["tool", "final", "policy
     t0 = _now()
     gen, continued = generate_turn(state["policy"], env, prompt, budget)
     step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
-    draws = 0
+    drawn, draws = (step, action), 0
     while (again := env.redraw(traj, step, draws)) is not None:
         draws += 1
         gen, continued = generate_turn(state["policy"], env, prompt, budget, *again)
         step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
+    if draws and not step.valid and drawn[0].valid:
+        # a sample that is no tool call at all is worse than the repeat: in the context it is
+        # copied by every greedy turn after it
+        step, action = drawn
     if draws:
         step.info["redrawn"] = draws
     traj.append_turn(step)

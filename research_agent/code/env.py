@@ -215,6 +215,8 @@ class CodeEnvironment:
         cfg = self.config
         if cfg is None or not self.feedback or draws >= cfg.redraw_repeats or not (self.failed or self.failed_runs):
             return None
+        if draws and not step.valid:  # a malformed sample: draw again (the repeat is kept if all are)
+            return cfg.redraw_temperature, draw_seed(cfg.redraw_seed, self.task.id, len(traj.steps), draws)
         if not step.valid or step.action not in ("execute", "submit"):
             return None
         key = same_code(step.argument)

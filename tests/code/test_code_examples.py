@@ -274,6 +274,16 @@ def test_a_run_that_repeats_a_run_that_raised_is_drawn_again(smol, humaneval_all
     assert traj.steps[1].info["redrawn"] == 1
     assert [s["seeds"] for s in policy.settings] == [None, None, [draw_seed(0, task.id, 1, 0)]]
 
+    # a sample that is no tool call is drawn again; if every draw is one, the repeat is taken (a
+    # malformed turn in the context is copied by the greedy turns after it)
+    script = [f"```python\n{crash}```\n", f"```python\n{crash}```\n", "python", f"```submit\n{right}```\n"]
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None, cfg).run()
+    assert [s.action for s in traj.steps] == ["execute", "submit"] and traj.steps[1].info["redrawn"] == 2
+    script = [f"```python\n{crash}```\n", f"```python\n{crash}```\n", "python", "python", "unused"]
+    traj = CodeAgent(ScriptedPolicy(tok, script), task, None, replace(cfg, max_turns=2)).run()
+    assert [s.action for s in traj.steps] == ["execute", "execute"] and traj.steps[1].info["redrawn"] == 2
+    assert traj.steps[1].info["repeat_of_run"] == 1 and traj.steps[1].completion.startswith("```python")
+
     # a run that did not raise, run again, is taken (its output may be what the model wants to read)
     fine = task.meta["stub"] + "    return False\n"
     policy = ScriptedPolicy(tok, [f"```python\n{fine}```\n", f"```python\n{fine}```\n", "unused"])
