@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser("compare", help="table and plots over finished runs")
     cmp.add_argument("runs", nargs="+", help="run directories written by `python -m eval qa`")
     cmp.add_argument("--out", default=None, help="where table.md and the PNGs go (default: runs/compare)")
+    cmp.add_argument("--allow-mixed-code", action="store_true",
+                     help="compare a run whose answers come from more than one version of the code (a resumed "
+                     "eval); refused without it, flagged in the tables with it")
 
     ck = sub.add_parser("checkpoints", help="reward-hacking check over a training run's checkpoints")
     ck.add_argument("train_dir", help="training run directory (metrics.jsonl, checkpoints/step-N/)")
@@ -206,7 +209,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from eval.compare import compare_runs
 
     out = Path(args.out) if args.out else Path("runs") / "compare"
-    print(compare_runs(args.runs, out))
+    print(compare_runs(args.runs, out, allow_mixed_code=args.allow_mixed_code))
     print(f"table and plots: {out}/table.md, metrics.png, funnel.png", file=sys.stderr)
     return 0
 

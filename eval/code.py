@@ -359,13 +359,17 @@ def _evaluate_mode(tasks: list, policy: Any, docs_browser: Any, config: CodeAgen
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError("task ids must be unique (resume matches tasks by id)")
+    from eval.runner import answer_code, code_identity
+
     done = {k: t for k, t in store.scan()[0].items() if k in set(ids)}
     todo = [{"id": t.id, "task": t} for t in tasks if t.id not in done]
+    code = code_identity()
     t0 = time.time()
     if todo:
         with store.writer() as writer:
 
             def on_result(traj: Trajectory) -> None:
+                traj.meta["code"] = code  # which code made this answer: a resume may mix versions
                 writer.write(traj)
                 done[traj.id] = traj
 
@@ -390,6 +394,8 @@ def _evaluate_mode(tasks: list, policy: Any, docs_browser: Any, config: CodeAgen
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "n_items": len(tasks),
         "n_resumed": len(tasks) - len(todo),
+        "code": code,
+        "answer_code": answer_code(trajs),
         "eval_seconds": time.time() - t0,
         "metrics": code_metrics(trajs),
     }

@@ -1,7 +1,10 @@
 """G3: compare eval runs side by side — a table and two plots (metrics bars, evidence funnel).
 
 Typical use is base vs SFT vs RL on the same benchmark.  Runs on *different* benchmarks or
-subsets are still tabulated, but a warning is printed: their numbers are not comparable.
+subsets are still tabulated, but a warning is printed: their numbers are not comparable.  A run
+whose answers were made by more than one version of the code (an eval resumed after the code
+changed) is refused, since its numbers belong to no one version; ``allow_mixed_code`` compares it
+anyway and flags it in the tables.  Each run's code is listed under the table.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import Any
 from corpus.files import atomic_write_text
 from eval.metrics import FUNNEL_STAGES
 from eval.paired import paired_stats, paired_table, run_scores
-from eval.rundir import load_results
+from eval.rundir import RunDirError, load_results
+from eval.runner import UNRECORDED, answer_code, short_code
+from research_agent.store import TrajectoryStore
 
 # Rows of the table, in reading order: accuracy, honesty, evidence, effort.
 TABLE_METRICS = (
@@ -132,9 +137,26 @@ def plot_funnel(labels: list[str], metrics: list[dict[str, float]], path: Path) 
     return path
 
 
-def compare_runs(run_dirs: list[str | Path], out_dir: str | Path) -> str:
+class MixedCodeError(RunDirError):
+    """A run to compare holds answers made by different versions of the code."""
+
+
+def code_lines(labels: list[str], codes: list[dict[str, int]]) -> str:
+    """Which code made each run's answers, one line per run (mixed runs flagged)."""
+    lines = ["Code that made the answers:", ""]
+    for label, c in zip(labels, codes, strict=True):
+        parts = ", ".join(f"{n} by {short_code(k)}" if k != UNRECORDED else f"{n} not recorded" for k, n in c.items())
+        flag = "**mixed code**: " if len(c) > 1 else ""
+        lines.append(f"- {label}: {flag}{parts}")
+    return "\n".join(lines)
+
+
+def compare_runs(run_dirs: list[str | Path], out_dir: str | Path, *, allow_mixed_code: bool = False) -> str:
     """Load each run's results, write ``table.md``, ``metrics.png``, ``funnel.png`` and (two runs or
-    more) ``paired.md``, each later run against the first question by question; return the tables."""
+    more) ``paired.md``, each later run against the first question by question; return the tables.
+
+    Raises ``MixedCodeError`` when a run's answers come from more than one version of the code,
+    unless ``allow_mixed_code`` (then the tables say so)."""
     if not run_dirs:
         raise ValueError("give at least one run directory to compare")
     dirs = [Path(d) for d in run_dirs]
@@ -149,8 +171,21 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path) -> str:
             "their numbers are not directly comparable",
             file=sys.stderr,
         )
+    codes = [answer_code(TrajectoryStore(d).load()) for d in dirs]
+    mixed = [(label, c) for label, c in zip(labels, codes, strict=True) if len(c) > 1]
+    if mixed and not allow_mixed_code:
+        label, c = mixed[0]
+        raise MixedCodeError(
+            f"{label}: its answers were made by {len(c)} versions of the code ("
+            + ", ".join(f"{n} by {short_code(k)}" if k != UNRECORDED else f"{n} not recorded" for k, n in c.items())
+            + "), an eval resumed after the code changed; re-run it into a new --out, or compare anyway "
+            "with --allow-mixed-code (the tables flag it)"
+        )
+    for label, _ in mixed:
+        print(f"warning: {label}'s answers come from more than one version of the code; flagged in the tables",
+              file=sys.stderr)
     metrics = [r["metrics"] for r in results]
-    table = format_table(labels, metrics)
+    table = format_table(labels, metrics) + "\n\n" + code_lines(labels, codes)
     out = Path(out_dir)
     atomic_write_text(out / "table.md", table + "\n")
     plot_metrics(labels, metrics, out / "metrics.png")
@@ -159,6 +194,9 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path) -> str:
         base = run_scores(dirs[0])
         stats = [paired_stats(base, run_scores(d)) for d in dirs[1:]]
         paired = paired_table(labels[1:], stats, labels[0])
+        if mixed:
+            paired += "\n\n" + "\n".join(f"**{label}'s answers come from mixed code**: its pairs are not one "
+                                         "version's" for label, _ in mixed)
         atomic_write_text(out / "paired.md", paired + "\n")
         table += "\n\n" + paired
     return table

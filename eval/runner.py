@@ -10,6 +10,8 @@ number: the agent config, the run settings, library versions and the corpus inde
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import platform
 import subprocess
@@ -79,6 +81,47 @@ def versions() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         pass
     return out
+
+
+@functools.cache
+def code_identity() -> str:
+    """Which code answers: the git commit, plus ``+dirty.<hash>`` of the uncommitted changes to tracked
+    Python files; outside a checkout, the installed ``research-agent`` version.  Every answer records it
+    (``trajectory.meta["code"]``), so a resumed run shows which answers older code made."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode == 0:
+            diff = subprocess.run(["git", "-C", str(root), "diff", "HEAD", "--", "*.py"], capture_output=True,
+                                  timeout=30).stdout
+            commit = head.stdout.strip()
+            return f"{commit}+dirty.{hashlib.sha1(diff).hexdigest()[:10]}" if diff else commit
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return f"research-agent {metadata.version('research-agent')}"
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+UNRECORDED = "unrecorded"  # an answer saved before answers recorded their code
+
+
+def short_code(identity: str) -> str:
+    """A code identity for people: the commit's first 10 digits, the rest as it is."""
+    head, plus, rest = identity.partition("+")
+    return (head[:10] if len(head) == 40 else head) + plus + rest
+
+
+def answer_code(trajs: list[Trajectory]) -> dict[str, int]:
+    """How many of the answers each version of the code made (``UNRECORDED`` for answers from before
+    the identity was recorded)."""
+    counts: dict[str, int] = {}
+    for t in trajs:
+        key = str(t.meta.get("code") or UNRECORDED)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def index_manifest(browser: Any) -> dict[str, Any]:
@@ -164,8 +207,16 @@ def evaluate(
             raise ValueError("benchmark items must have unique ids (resume matches questions by id)")
         done = {k: t for k, t in store.scan()[0].items() if k in wanted}
         todo = [it for it in items if str(it["id"]) not in done]
+        code = code_identity()
         if done and progress:
             print(f"resuming {out_dir}: {len(done)} of {len(items)} questions already answered", file=sys.stderr)
+        older = {k: n for k, n in answer_code(list(done.values())).items() if k != code}
+        if older:  # said every time, not only with progress: `eval compare` refuses such a run
+            made = ", ".join(f"{n} by {short_code(k)}" if k != UNRECORDED else f"{n} from before answers recorded "
+                             "their code" for k, n in older.items())
+            print(f"warning: {sum(older.values())} of the answers resumed in {out_dir} were made by other code "
+                  f"({made}; this is {short_code(code)}); `eval compare` refuses a run of mixed code: "
+                  "use a new --out to answer every question again", file=sys.stderr)
 
         t0 = time.time()
         if todo:
@@ -176,6 +227,7 @@ def evaluate(
                     for key, value in item.items():  # gold must travel with the record, whatever the agent kept
                         if key not in ("id", "question"):
                             traj.gold.setdefault(key, value)
+                    traj.meta["code"] = code  # which code made this answer: a resume may mix versions
                     writer.write(traj)
                     done[traj.id] = traj
 
@@ -190,6 +242,8 @@ def evaluate(
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "n_items": len(items),
             "n_resumed": len(items) - len(todo),
+            "code": code,
+            "answer_code": answer_code(trajs),
             "eval_seconds": time.time() - t0,
             "metrics": qa_metrics(trajs),
             "versions": versions(),
@@ -204,4 +258,5 @@ def load_run_trajectories(run_dir: str | Path) -> list[Trajectory]:
     return TrajectoryStore(run_dir).load()
 
 
-__all__ = ["evaluate", "load_run_trajectories", "versions", "index_manifest", "config_dict", "RESULTS"]
+__all__ = ["evaluate", "load_run_trajectories", "versions", "index_manifest", "config_dict", "code_identity",
+           "answer_code", "short_code", "UNRECORDED", "RESULTS"]

@@ -155,3 +155,34 @@ def test_training_run_without_checkpoints(tmp_path):
         check_checkpoints(
             tmp_path, [], object(), {}, tmp_path / "o", model="m", load_policy=lambda *a, **k: None
         )
+
+
+def test_a_run_resumed_on_other_code_records_it_and_compare_refuses(make_run, scripted, monkeypatch, tmp_path,
+                                                                   capsys):
+    import eval.runner as runner
+    from eval.compare import MixedCodeError
+
+    old, new = "a" * 40, "b" * 40
+    make_run(tmp_path / "base")  # answered by this checkout's code, all of it
+    base_code = runner.short_code(runner.code_identity())
+    monkeypatch.setattr(runner, "code_identity", lambda: old)
+    scripted.interrupt_after = 2
+    with pytest.raises(KeyboardInterrupt):
+        make_run(tmp_path / "rl")
+    scripted.interrupt_after = None
+    monkeypatch.setattr(runner, "code_identity", lambda: new)  # the code changed, then the run resumed
+    make_run(tmp_path / "rl")
+    assert "2 of the answers resumed" in capsys.readouterr().err
+    results = json.loads((tmp_path / "rl" / "results.json").read_text())
+    assert results["code"] == new and results["answer_code"] == {old: 2, new: 2}
+    lines = (tmp_path / "rl" / "trajectories.jsonl").read_text().splitlines()
+    assert [json.loads(line)["meta"]["code"] for line in lines] == [old, old, new, new]
+
+    with pytest.raises(MixedCodeError, match="2 by aaaaaaaaaa, 2 by bbbbbbbbbb"):
+        compare_runs([tmp_path / "base", tmp_path / "rl"], tmp_path / "cmp")
+    assert main(["compare", str(tmp_path / "base"), str(tmp_path / "rl"), "--out", str(tmp_path / "cmp")]) == 2
+    assert "--allow-mixed-code" in capsys.readouterr().err
+    table = compare_runs([tmp_path / "base", tmp_path / "rl"], tmp_path / "cmp", allow_mixed_code=True)
+    assert "- rl: **mixed code**: 2 by aaaaaaaaaa, 2 by bbbbbbbbbb" in table
+    assert "rl's answers come from mixed code" in (tmp_path / "cmp" / "paired.md").read_text()
+    assert f"- base: 4 by {base_code}" in table  # one version: not flagged
