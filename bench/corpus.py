@@ -13,7 +13,8 @@ Prints
 3. retrieval quality on questions built from the Factbook ("What is the capital of X?" → X's
    profile): recall@1 and recall@5 per mode.
 
-The machine is shared and noisy: read the figures as ratios within one run.
+The machine is shared and noisy: read the figures as ratios within one run.  The raw JSON (every
+round's build and encode seconds, every query's latency on every path) goes to docs/results/bench/.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from bench.raw import add_raw_flags, write_raw  # noqa: E402
 from corpus import build_corpus, open_corpus  # noqa: E402
 from corpus.build import index_text  # noqa: E402  (what build_corpus embeds for a chunk)
 from corpus.chunk import chunk_text_spans  # noqa: E402
@@ -57,7 +59,7 @@ def capital_questions(browser) -> list[tuple[str, str, set[str]]]:
     return qs
 
 
-def bench_build(browser, n_docs: int, batch_size: int, rounds: int = 1) -> None:
+def bench_build(browser, n_docs: int, batch_size: int, rounds: int = 1) -> dict:
     docs = [d for d in browser.documents() if d.meta.get("source") == "wikipedia-vital"][:n_docs]
     docs += [d for d in browser.documents() if d.meta.get("source") == "factbook"][: max(1, n_docs // 30)]
     chunking = browser.manifest.get("chunking") or {}
@@ -104,9 +106,12 @@ def bench_build(browser, n_docs: int, batch_size: int, rounds: int = 1) -> None:
             f"  (the default corpus itself: {browser.manifest['counts']['chunks']} chunks in {mb.get('seconds')} s "
             f"= {mb.get('chunks_per_s')} chunks/s when it was built)"
         )
+    return {"documents": len(docs), "chunks": n, "dtype": dtype, "build_s": build_times, "bare_s": bare_times,
+            "cosine_min": float(cos.min()) if cos is not None else None,
+            "cosine_mean": float(cos.mean()) if cos is not None else None}
 
 
-def bench_search(browser, queries: list[str], k: int) -> None:
+def bench_search(browser, queries: list[str], k: int) -> dict:
     """Each query runs through every path in turn (the three modes, then the bare references), so a
     slow spell of the shared machine lands on all of them alike."""
     import bm25s
@@ -142,13 +147,15 @@ def bench_search(browser, queries: list[str], k: int) -> None:
     print(latency_row("bare bm25s retrieve (pre-tokenized)", times["bm25s"]))
     print(f"  dense / (bare encode + faiss) p50: {pct(times['dense'], 50) / pct(bare, 50):.2f}x   "
           f"bm25 / bare bm25s p50: {pct(times['bm25'], 50) / pct(times['bm25s'], 50):.2f}x")
+    return {"queries": len(queries), "k": k, "dense_index": browser.manifest["index"]["dense"], "seconds": times}
 
 
-def bench_quality(browser, questions: list[tuple[str, str, set[str]]]) -> None:
+def bench_quality(browser, questions: list[tuple[str, str, set[str]]]) -> dict:
     print(
         f"\nRetrieval quality: {len(questions)} Factbook questions 'What is the capital of X?' -> X's profile"
     )
     print("  (lenient: the Wikipedia article on X or on its capital also counts)")
+    out = {}
     for mode in MODES:
         r1 = r5 = l1 = l5 = 0
         for q, gold, also in questions:
@@ -162,6 +169,8 @@ def bench_quality(browser, questions: list[tuple[str, str, set[str]]]) -> None:
             f"  {mode:<7} recall@1 {r1 / n:.3f}   recall@5 {r5 / n:.3f}   "
             f"lenient recall@1 {l1 / n:.3f}   recall@5 {l5 / n:.3f}"
         )
+        out[mode] = {"n": n, "recall@1": r1 / n, "recall@5": r5 / n, "lenient@1": l1 / n, "lenient@5": l5 / n}
+    return out
 
 
 def main() -> int:
@@ -172,6 +181,7 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--build-rounds", type=int, default=3, help="alternating build / bare-encode rounds")
     ap.add_argument("--parts", default="build,search,quality", help="which parts to run, comma separated")
+    add_raw_flags(ap)
     a = ap.parse_args()
     t0 = time.perf_counter()
     browser = open_corpus(a.corpus)
@@ -183,12 +193,15 @@ def main() -> int:
     )
     questions = capital_questions(browser)
     parts = {p.strip() for p in a.parts.split(",")}
+    raw: dict = {"corpus": {"path": str(browser.path), "documents": m["counts"]["documents"],
+                            "chunks": m["counts"]["chunks"], "embedder": m["embedder"]}}
     if "build" in parts:
-        bench_build(browser, a.build_docs, a.batch_size, a.build_rounds)
+        raw["build"] = bench_build(browser, a.build_docs, a.batch_size, a.build_rounds)
     if "search" in parts:
-        bench_search(browser, [q for q, _, _ in questions], a.k)
+        raw["search"] = bench_search(browser, [q for q, _, _ in questions], a.k)
     if "quality" in parts:
-        bench_quality(browser, questions)
+        raw["quality"] = bench_quality(browser, questions)
+    write_raw("corpus", a, raw, variant=Path(browser.path).name)
     return 0
 
 

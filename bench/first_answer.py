@@ -34,6 +34,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.raw import add_raw_flags, write_raw  # noqa: E402
+
 GOAL_ANSWER_S, GOAL_DENSE_S = 180.0, 480.0
 
 
@@ -114,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", help="where the fresh caches go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the caches")
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per command and per dense build")
+    add_raw_flags(p)
     args = p.parse_args(argv)
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="bench-first-answer-"))
     runs = [one_run(i, args, root) for i in range(1, args.runs + 1)]
@@ -139,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
           and len(dense) == len(runs))
     met = ok and max(answers) <= GOAL_ANSWER_S and max(dense) <= GOAL_DENSE_S
     print(f"\n  {'meets' if met else 'misses'} both goals in every run")
+    write_raw("first_answer", args, {"goal_answer_s": GOAL_ANSWER_S, "goal_dense_s": GOAL_DENSE_S, "runs": runs})
     return 0 if ok else 1
 
 

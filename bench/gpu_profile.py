@@ -22,6 +22,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.raw import add_raw_flags, write_raw  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,6 +32,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--prompt-tokens", type=int, default=1000)
     ap.add_argument("--new-tokens", type=int, default=48)
+    add_raw_flags(ap)
     args = ap.parse_args()
     import torch
     from peft import LoraConfig, get_peft_model
@@ -86,6 +89,8 @@ def main() -> None:
         print(attn, res[attn], flush=True)
         del model, base, pol
     print("RESULT " + json.dumps(res), flush=True)
+    device = torch.cuda.get_device_name() if cuda else "cpu"
+    write_raw("gpu_profile", args, {"device": device, "results": res}, variant=args.model)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.raw import add_raw_flags, write_raw  # noqa: E402
 
 SETTINGS = {"default": [], "gc": ["--gradient-checkpointing", "true"], "nogc": ["--gradient-checkpointing", "false"]}
 
@@ -70,6 +73,7 @@ def main() -> None:
     ap.add_argument("--rl-steps", type=int, default=2)
     ap.add_argument("--stages", default="sft,rl")
     ap.add_argument("--settings", default="default,nogc", help=f"comma list of {', '.join(SETTINGS)}")
+    add_raw_flags(ap)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="ra-bench-mem-") as tmp:
         data = Path(tmp) / "sft.jsonl"
@@ -95,6 +99,8 @@ def main() -> None:
                     print(f"{stage} {setting} vs nogc: {r['peak_rss_gb'] / ref['peak_rss_gb']:.2f}x memory, "
                           f"{r['wall_s'] / ref['wall_s']:.2f}x time (goal <= 4 GB: "
                           f"{'met' if r['peak_rss_gb'] <= 4 else 'missed'})")
+    write_raw("memory", args, {"demonstrations": len(lines), "lengths": lengths,
+                               "results": [{"stage": st, "setting": se, **r} for (st, se), r in results.items()]})
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ Factbook corpus holding the training questions' profiles. Each process gets one 
   (rollout on the server, the update, publishing the adapter).
 
 Seconds per step are the mean over steps after the first (the first includes warm-up). The machine
-is shared and noisy: ``--rounds R`` repeats the modes alternately and reports each round.
+is shared and noisy: ``--rounds R`` repeats the modes alternately and reports each round.  The raw
+JSON (every mode of every round) goes to docs/results/bench/.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_check import EXTRA_GECS, pick_questions  # noqa: E402
+from bench.raw import add_raw_flags, write_raw  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1",
        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -120,6 +122,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2, help="prompts per step per process")
     ap.add_argument("--modes", default="single,dp2,server")
     ap.add_argument("--rounds", type=int, default=1)
+    add_raw_flags(ap)
     args = ap.parse_args()
     modes = args.modes.split(",")
     from corpus import build_corpus
@@ -157,6 +160,8 @@ def main() -> None:
                           f"(rollout {s['rollout_s']:.1f} vs {results['single'][r]['rollout_s']:.1f} s, update "
                           f"{s['s_per_step'] - s['rollout_s'] - s['publish_s']:.1f} vs "
                           f"{ref - results['single'][r]['rollout_s']:.1f} s, publish {s['publish_s']:.2f} s)")
+        write_raw("scaling", args, {"questions": len(questions), "profiles": len(gecs),
+                                    "rounds": [{m: results[m][r] for m in modes} for r in range(args.rounds)]})
 
 
 if __name__ == "__main__":

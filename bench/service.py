@@ -6,7 +6,9 @@ client (latency) and with ``--clients`` concurrent clients (throughput).  The ma
 noisy: read the ratios, not the absolute numbers.
 
     python bench/service.py                       # builds a small factbook corpus in a temp dir
-    python bench/service.py --corpus DIR --retriever bm25 --requests 400 --clients 8
+    python bench/service.py --corpus DIR --retriever bm25 --requests 400 --clients 8 --rounds 3
+
+The raw JSON (every round's latencies and QPS of both backends) goes to docs/results/bench/.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import requests  # noqa: E402
 
+from bench.raw import add_raw_flags, write_raw  # noqa: E402
 from corpus.service import RemoteBrowser  # noqa: E402
 
 
@@ -93,10 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retriever", default="hybrid")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of both backends at both client counts "
+                        "(alternating which goes first); the verdict is the median of the rounds' ratios")
+    add_raw_flags(parser)
     args = parser.parse_args(argv)
 
     from corpus import open_corpus
 
+    counts = (1, args.clients)
+    rounds: list[dict[str, dict[str, dict[str, float]]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         corpus = args.corpus
         if corpus is None:
@@ -108,27 +116,36 @@ def main(argv: list[str] | None = None) -> int:
         queries += [h.title for h in local.search("border countries", k=20)]
         proc, url = start_service(corpus, args.retriever)
         try:
-            rows = []
-            for clients in (1, args.clients):
-                n = args.requests if clients > 1 else max(args.requests // 2, 1)
-                rows.append(("in-process", clients, measure(local.fork, queries, n, clients)))
-                rows.append(("service", clients, measure(lambda: RemoteBrowser(url), queries, n, clients)))
+            for r in range(max(1, args.rounds)):
+                rnd: dict[str, dict[str, dict[str, float]]] = {"in-process": {}, "service": {}}
+                for clients in counts:
+                    n = args.requests if clients > 1 else max(args.requests // 2, 1)
+                    order = ("in-process", "service") if r % 2 == 0 else ("service", "in-process")
+                    for name in order:
+                        make = local.fork if name == "in-process" else (lambda: RemoteBrowser(url))
+                        rnd[name][str(clients)] = measure(make, queries, n, clients)
+                rounds.append(rnd)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    print(f"\nsearch, retriever={args.retriever}, corpus={args.corpus or f'{args.docs} factbook docs'}")
-    print(f"{'backend':<11} {'clients':>7} {'requests':>8} {'p50 ms':>8} {'p95 ms':>8} {'QPS':>8}")
-    for name, clients, m in rows:
-        print(f"{name:<11} {clients:>7} {m['n']:>8} {m['p50_ms']:>8.2f} {m['p95_ms']:>8.2f} {m['qps']:>8.1f}")
-    for clients in (1, args.clients):
-        base = next(m for n, c, m in rows if n == "in-process" and c == clients)
-        svc = next(m for n, c, m in rows if n == "service" and c == clients)
-        print(
-            f"{clients} client(s): service adds {svc['p50_ms'] - base['p50_ms']:+.2f} ms at p50; "
-            f"throughput service/in-process = {svc['qps'] / base['qps']:.2f}"
-        )
+    what = str(args.corpus) if args.corpus else f"{args.docs} factbook docs"
+    print(f"\nsearch, retriever={args.retriever}, corpus={what}, {len(rounds)} round(s)")
+    print(f"{'round':>5} {'backend':<11} {'clients':>7} {'requests':>8} {'p50 ms':>8} {'p95 ms':>8} {'QPS':>8}")
+    for i, rnd in enumerate(rounds, 1):
+        for name in ("in-process", "service"):
+            for clients in counts:
+                m = rnd[name][str(clients)]
+                print(f"{i:>5} {name:<11} {clients:>7} {m['n']:>8} {m['p50_ms']:>8.2f} {m['p95_ms']:>8.2f} "
+                      f"{m['qps']:>8.1f}")
+    for clients in counts:
+        lat = [r["service"][str(clients)]["p50_ms"] / r["in-process"][str(clients)]["p50_ms"] for r in rounds]
+        qps = [r["service"][str(clients)]["qps"] / r["in-process"][str(clients)]["qps"] for r in rounds]
+        print(f"{clients} client(s): service / in-process p50 latency {statistics.median(lat):.2f}x "
+              f"({' / '.join(f'{x:.2f}' for x in lat)}), throughput {statistics.median(qps):.2f}x "
+              f"({' / '.join(f'{x:.2f}' for x in qps)})")
+    write_raw("service", args, {"corpus": what, "clients": list(counts), "queries": len(queries), "rounds": rounds},
+              variant=args.retriever)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

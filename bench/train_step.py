@@ -20,8 +20,9 @@ the mean over the steps after the first (the first includes one-time warm-up); w
 it is the first step.  The issue's goal: ours ≤ 0.5 × TRL's seconds per step.
 
 The machine is shared and noisy (the same update measured 1.9 s and 2.7 s half an hour apart), so
-``--rounds R`` runs the sides alternately R times and reports each round's ratio and their median:
-a slow spell then hits both sides of a round rather than one side of the comparison.
+``--rounds R`` runs the sides R times, alternating which goes first, and reports each round's ratio
+and their median: a slow spell then hits both sides of a round rather than one side of the
+comparison.  The raw JSON (every step of both sides in every round) goes to docs/results/bench/.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.raw import add_raw_flags, write_raw  # noqa: E402
 
 PROMPTS = [
     ("What is the capital of France? Answer with one word.", "Paris"),
@@ -222,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sides", default="ours,trl", help="which sides to run, comma separated")
     p.add_argument("--timeout", type=float, default=0, help="seconds allowed per side (0: no limit)")
     p.add_argument("--verbose", action="store_true", help="show the sides' stderr (TRL's logs)")
+    add_raw_flags(p)
     p.add_argument("--side", choices=("ours", "trl"), help=argparse.SUPPRESS)  # internal: run one side
     args = p.parse_args(argv)
     if args.steps < 1 or args.rounds < 1:
@@ -234,9 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         if side not in ("ours", "trl"):
             raise SystemExit(f"unknown side {side!r}; use ours and/or trl")
     rounds = []
-    for _ in range(args.rounds):
-        rounds.append({side: spawn(side, args) for side in sides})
-    results = rounds[-1]
+    for i in range(args.rounds):  # alternate which side goes first: a slow spell falls on both
+        order = sides if i % 2 == 0 else sides[::-1]
+        rounds.append({side: spawn(side, args) for side in order})
+    results = {side: rounds[-1][side] for side in sides}
 
     span = f"steps 2..{args.steps}" if args.steps > 1 else "step 1 only"
     threads = next((r["torch_threads"] for r in results.values() if r), "?")
@@ -277,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         ours, ref = results.get("ours"), results.get("trl")
         if ours and ref:
             print(f"  ours / TRL peak RSS:         {ours['peak_rss_mb'] / ref['peak_rss_mb']:.2f}x")
+    write_raw("train_step", args, {"prompts": len(PROMPTS), "group": GROUP, "lora": LORA, "lr": LR, "kl": BETA,
+                                   "temperature": TEMPERATURE, "rounds": rounds}, variant=args.model)
     return 0 if all(all(r.values()) for r in rounds) else 1
 
 

@@ -7,21 +7,24 @@ against plain padded micro-batches, on the same trajectories, in one run.
 First one RL step's rollouts: ``--prompts`` Factbook questions from the shipped training set × G
 samples through the research agent (temperature 1.0, the default corpus), exactly as ``train_rl``
 collects them.  Then ``rl.policy_update`` on those trajectories with three layouts
-(``research_agent/train/batching.py``), each timed ``--repeats`` times (the figure is the minimum;
-the optimizer is SGD at lr 0, so every repeat sees the same weights):
+(``research_agent/train/batching.py``), in ``--repeats`` rounds of the three in turn (the figure is
+the median of the rounds' ratios, with their range; the optimizer is SGD at lr 0, so every repeat
+sees the same weights):
 
 - plain (the reference): whole sequences, the fewest micro-batches of ``--micro-batch`` rows;
 - chunks: whole sequences, chunks chosen by the cost model (padding vs passes);
 - shared: each group's prompt once per block, suffix chunks on its keys/values (the default).
 
 All three give the same update (the test suite checks that); only time and positions fed differ.
-The machine is shared and noisy: read the figures as ratios within one run.
+The machine is shared and noisy: read the figures as ratios within one run.  The raw JSON (every
+round's seconds for every layout) goes to docs/results/bench/.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,6 +32,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.raw import add_raw_flags, write_raw  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kl", type=float, default=0.05, help="KL coefficient (0 skips the reference passes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    add_raw_flags(p)
     args = p.parse_args(argv)
 
     import torch
@@ -75,26 +81,33 @@ def main(argv: list[str] | None = None) -> int:
     layouts = {"plain (reference)": dict(share_prefix=False, pass_cost=1e9),
                "chunks": dict(share_prefix=False, pass_cost=batching.PASS_COST),
                "shared + chunks": dict(share_prefix=True, pass_cost=batching.PASS_COST)}
-    rows = []
     model.train()
-    for name, layout in layouts.items():
-        passes, positions = batching.plan_cost(batching.plan_update(units, args.micro_batch, **layout), units)
-        times = []
-        for _ in range(args.repeats):
+    plans = {name: batching.plan_cost(batching.plan_update(units, args.micro_batch, **layout), units)
+             for name, layout in layouts.items()}
+    times: dict[str, list[float]] = {name: [] for name in layouts}
+    for r in range(max(1, args.repeats)):  # rounds of the three layouts in turn, the first one rotating
+        names = list(layouts)
+        for name in names[r % 3:] + names[: r % 3]:
             t = time.perf_counter()
-            policy_update(model, opt, params, trajs, adv, chosen, cfg, tok.pad_token_id, layout=layout)
-            times.append(time.perf_counter() - t)
-        rows.append((name, min(times), passes, positions))
+            policy_update(model, opt, params, trajs, adv, chosen, cfg, tok.pad_token_id, layout=layouts[name])
+            times[name].append(time.perf_counter() - t)
+    rows = [(name, statistics.median(times[name]), *plans[name]) for name in layouts]
     tokens = sum(sum(m) for _, m in units)
     whole = sum(len(ids) for ids, _ in units)
     print(f"\nUpdate layout: {args.model} + LoRA r{cfg.lora_r}, {args.prompts} questions x G={args.group}, "
           f"{len(units)} sequences ({whole} tokens, {tokens} model tokens), micro-batch {args.micro_batch}, "
           f"KL {args.kl}, torch threads {torch.get_num_threads()}")
-    print(f"  {'layout':<20} {'s/update':>9} {'passes':>7} {'positions':>10}")
+    print(f"  {'layout':<20} {'s/update (median)':>17} {'passes':>7} {'positions':>10}  rounds")
     for name, sec, passes, positions in rows:
-        print(f"  {name:<20} {sec:>9.2f} {passes:>7} {positions:>10}")
-    ref = rows[0][1]
-    print(f"\n  shared + chunks / plain: {rows[-1][1] / ref:.2f}x time, {rows[-1][3] / rows[0][3]:.2f}x positions")
+        print(f"  {name:<20} {sec:>17.2f} {passes:>7} {positions:>10}  {' / '.join(f'{x:.2f}' for x in times[name])}")
+    names = list(layouts)
+    ratios = [a / b for a, b in zip(times[names[-1]], times[names[0]], strict=True)]
+    print(f"\n  shared + chunks / plain: {statistics.median(ratios):.2f}x time (median of the rounds' ratios: "
+          f"{' / '.join(f'{x:.2f}' for x in ratios)}), {rows[-1][3] / rows[0][3]:.2f}x positions")
+    write_raw("update_layout", args, {
+        "sequences": len(units), "tokens": whole, "model_tokens": tokens,
+        "layouts": {name: {"passes": plans[name][0], "positions": plans[name][1], "seconds": times[name]}
+                    for name in layouts}}, variant=args.model)
     return 0
 
 
