@@ -308,14 +308,17 @@ def load_jsonl(path: Path) -> tuple[list[dict], CorpusSpec]:
 # ---- the shipped Factbook task set (research_agent/data), split by document -------------------
 
 
-def _factbook_split(split: str) -> Callable[..., tuple[list[dict], CorpusSpec]]:
-    """The trainer's task file restricted to one split: the held-out sets of every training result."""
+def _factbook_split(split: str, min_hops: int = 1) -> Callable[..., tuple[list[dict], CorpusSpec]]:
+    """The trainer's task file restricted to one split: the held-out sets of every training result.
+
+    ``min_hops`` 2 keeps the questions whose answer needs a bridge entity found first (borders-both,
+    capital-of-bordering, population-of-capital-country): where searching more than once matters."""
 
     def load(path: Path | None = None) -> tuple[list[dict], CorpusSpec]:
         from research_agent.tasks import default_task_file
 
         items, spec = load_jsonl(Path(path or default_task_file()))
-        return [it for it in items if it.get("split") == split], spec
+        return [it for it in items if it.get("split") == split and int(it.get("hops") or 1) >= min_hops], spec
 
     return load
 
@@ -329,6 +332,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[..., tuple[list[dict], CorpusSpec]]]] 
         _factbook_split("test"),
     ),
     "factbook-dev": ("the shipped Factbook task set's dev split", _factbook_split("dev")),
+    "factbook-two-hop": ("the test split's two-hop questions (all 191)", _factbook_split("test", min_hops=2)),
 }
 
 

@@ -26,12 +26,13 @@ from research_agent.configs import ConfigError, add_config_flags, config_from_ar
 from research_agent.devices import DeviceError, add_device_flags, use_device
 
 
-def agent_config(args: argparse.Namespace) -> Any:
-    """AgentConfig from ``--config``, ``--set`` and the common flags, each value parsed as its field's type."""
+def agent_config(args: argparse.Namespace, shipped: dict | None = None) -> Any:
+    """AgentConfig from a shipped agent's settings, ``--config``, ``--set`` and the common flags, each
+    value parsed as its field's type."""
     from research_agent.agent import AgentConfig
 
     try:
-        return config_from_args(args, AgentConfig)
+        return config_from_args(args, AgentConfig, defaults=shipped)
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
 
@@ -75,8 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     qa = sub.add_parser("qa", help="evaluate a policy on a QA benchmark")
     _add_bench_args(qa)
-    qa.add_argument("--model", default="qwen2.5-coder-0.5b", help="model name, HF id or local path")
+    qa.add_argument("--model", default=None, help="model name, HF id or local path (default qwen2.5-coder-0.5b)")
     qa.add_argument("--adapter", default=None, help="LoRA adapter directory")
+    qa.add_argument("--agent", default=None, metavar="NAME",
+                    help="a shipped trained agent (artifacts/NAME: its model, adapter and budgets)")
     qa.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
     qa.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
     qa.add_argument(
@@ -167,10 +170,18 @@ def item_guidance(memory: Any, k: int) -> Callable[[dict], str]:
 def cmd_qa(args: argparse.Namespace) -> int:
     from eval.corpora import open_benchmark_corpus
     from eval.runner import evaluate
+    from research_agent.models import DEFAULT_MODEL
     from research_agent.policy import load_policy
+    from research_agent.shipped import UnknownAgent, apply_agent
 
+    try:
+        shipped = apply_agent(args)
+    except UnknownAgent as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args.model = args.model or DEFAULT_MODEL
     items, spec = _load_items(args)
-    config = agent_config(args)
+    config = agent_config(args, shipped)
     if not args.endpoint:
         use_device(args.device, args.dtype)
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="named offline model, local path or hub id "
                                                   "(default qwen2.5-coder-0.5b)")
     p.add_argument("--adapter", default=None, help="LoRA adapter directory (e.g. from training)")
+    p.add_argument("--agent", default=None, metavar="NAME",
+                   help="a shipped trained agent (artifacts/NAME: its model, adapter and budgets), e.g. "
+                        "research-qwen-v1")
     p.add_argument("--endpoint", default=None, help="OpenAI-compatible server URL instead of a local model")
     from .agent import AgentConfig
 
@@ -84,12 +87,12 @@ def stream_step(out):
 
 
 
-def agent_config(args):
+def agent_config(args, shipped: dict | None = None):
     from .agent import AgentConfig
     from .configs import ConfigError, config_from_args
 
     try:
-        return config_from_args(args, AgentConfig, defaults=ASK_DEFAULTS, flags=ASK_FLAGS)
+        return config_from_args(args, AgentConfig, defaults={**ASK_DEFAULTS, **(shipped or {})}, flags=ASK_FLAGS)
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
 
@@ -105,10 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.question.strip():
         print("error: the question is empty", file=sys.stderr)
         return 2
+    from .shipped import UnknownAgent, apply_agent
+
+    try:
+        shipped = apply_agent(args)
+    except UnknownAgent as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     model = args.model or DEFAULT_MODEL
     stages: dict[str, str] = {}
     try:
-        config = agent_config(args)
+        config = agent_config(args, shipped)
         if not args.endpoint:  # a device that is not there fails before the corpus or the model is built
             from .devices import use_device
 

@@ -281,8 +281,10 @@ def run_episodes(items: list[Any], policy, make_env: Callable[[Any, int], Enviro
     openmp.release()  # this thread only waits from here on; its pool would slow the batched policy's
     results: list[Trajectory | None] = [None] * len(items)
 
+    interrupted = threading.Event()
+
     def one(i: int) -> Trajectory | None:
-        if stop is not None and stop.is_set():
+        if interrupted.is_set() or (stop is not None and stop.is_set()):
             return None
         env = make_env(items[i], i)
         try:
@@ -290,18 +292,37 @@ def run_episodes(items: list[Any], policy, make_env: Callable[[Any, int], Enviro
         except ValueError as e:  # the prompt cannot start (empty, too long): this episode only
             return env.failed_trajectory(str(e))
 
+    def record(fut) -> None:
+        traj = fut.result()
+        if traj is None:  # skipped after a stop
+            return
+        results[futures[fut]] = traj
+        if on_result is not None:
+            on_result(traj)
+        bar.update(1)
+
     bar = tqdm(total=len(items), desc=desc, disable=not progress, unit=unit)
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
             futures = {pool.submit(one, i): i for i in range(len(items))}
-            for fut in as_completed(futures):
-                traj = fut.result()
-                if traj is None:  # skipped after a stop
-                    continue
-                results[futures[fut]] = traj
-                if on_result is not None:
-                    on_result(traj)
-                bar.update(1)
+            seen = set()
+            try:
+                for fut in as_completed(futures):
+                    seen.add(fut)
+                    record(fut)
+            except KeyboardInterrupt:
+                # Ctrl-C (or the recipe's --stop-after): episodes not started are dropped, those in
+                # flight finish and reach on_result, so a resumed run loses no finished work
+                interrupted.set()
+                for fut in futures:
+                    fut.cancel()
+                for fut in futures:
+                    if fut not in seen and not fut.cancelled():
+                        try:
+                            record(fut)
+                        except Exception:  # noqa: BLE001  (the interrupt is what the caller sees)
+                            pass
+                raise
     finally:
         bar.close()
         if own:

@@ -125,8 +125,10 @@ def cmd_sft_export(args) -> int:
         print(f"error: cannot load the tokenizer of {args.tokenizer!r} ({e}); name the student model, "
               "a local model directory or a cached hub id", file=sys.stderr)
         return 2
-    trajs = load_trajectories(args.trajectories)
-    kept, stats = filter_trajectories(trajs, min_reward=args.min_f1, confidence_keep=args.confidence_keep)
+    trajs = [t for d in args.trajectories for t in load_trajectories(d)]
+    kept, stats = filter_trajectories(trajs, min_reward=args.min_f1, confidence_keep=args.confidence_keep,
+                                      require_support=args.require_citations, per_kind=args.per_kind,
+                                      seed=args.seed)
     stats["exported"] = export_sft(kept, args.out, tokenizer=tok, tokenizer_name=args.tokenizer)
     print(json.dumps(stats))
     return 0
@@ -175,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_trajectories)
     s = sub.add_parser("sft-export", help="filter trajectories and write SFT data (text turns, the student's "
                                           "token ids, chat messages)")
-    s.add_argument("--trajectories", required=True, help="directory of shards")
+    s.add_argument("--trajectories", required=True, nargs="+",
+                   help="directories of shards (e.g. reference demonstrations and the student's own samples)")
     s.add_argument("--out", required=True)
     s.add_argument("--tokenizer", default="smollm2-135m", metavar="MODEL",
                    help="the student whose tokenizer renders the token ids (a named model, a directory or a hub id); "
@@ -183,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--min-f1", type=float, default=0.8)
     s.add_argument("--confidence-keep", type=float, default=None,
                    help="keep this share of the most confident trajectories (DeepConf lowest-group)")
+    s.add_argument("--require-citations", action="store_true",
+                   help="keep only trajectories whose cited chunks were retrieved and support the answer "
+                        "(rejection sampling: right and checked, not right by luck)")
+    s.add_argument("--per-kind", type=int, default=None,
+                   help="at most N trajectories of each question kind and source directory (seeded)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the --per-kind draw")
     s.set_defaults(fn=cmd_sft_export)
     return p
 

@@ -100,13 +100,21 @@ def load_trajectories(out_dir: str | Path) -> list[Trajectory]:
 
 
 def filter_trajectories(trajs: list[Trajectory], *, min_reward: float = 0.8, require_format: bool = True,
-                        confidence_keep: float | None = None) -> tuple[list[Trajectory], dict]:
-    """Correct (F1 ≥ min_reward), well-formed (answered, no void turn, searched) and confident."""
+                        confidence_keep: float | None = None, require_support: bool = False,
+                        per_kind: int | None = None, seed: int = 0) -> tuple[list[Trajectory], dict]:
+    """Correct (F1 ≥ min_reward), well-formed (answered, no void turn, searched) and confident.
+
+    ``require_support`` adds the citation check of rejection sampling: a sampled run that guessed
+    the right answer without a retrieved chunk stating it teaches guessing, so the answer's cited
+    chunks must have been retrieved and support it (``research_agent.citations``).  ``per_kind``
+    caps each (source, kind) group after filtering, so a data mix can favour the kinds a student
+    lacks without hand-picking ids; the draw is seeded."""
     from rewards.qa import token_f1
 
     from .confidence import confidence_filter
 
-    stats = {"input": len(trajs), "incorrect": 0, "bad_format": 0, "low_confidence": 0}
+    stats = {"input": len(trajs), "incorrect": 0, "bad_format": 0, "unsupported": 0, "low_confidence": 0,
+             "over_kind_cap": 0}
     kept = []
     for t in trajs:
         if require_format and (not t.answered or t.has_void_turn or t.count("search") == 0):
@@ -115,13 +123,49 @@ def filter_trajectories(trajs: list[Trajectory], *, min_reward: float = 0.8, req
         if token_f1(t.answer, t.gold.get("answers", [])) < min_reward:
             stats["incorrect"] += 1
             continue
+        if require_support and not citations_check(t):
+            stats["unsupported"] += 1
+            continue
         kept.append(t)
     if confidence_keep is not None and kept:
         before = len(kept)
         kept = confidence_filter(kept, keep_top=confidence_keep)
         stats["low_confidence"] = before - len(kept)
+    if per_kind is not None:
+        before = len(kept)
+        kept = cap_per_kind(kept, per_kind, seed)
+        stats["over_kind_cap"] = before - len(kept)
     stats["kept"] = len(kept)
     return kept, stats
+
+
+def citations_check(t: Trajectory) -> bool:
+    """The answer cites at least one chunk, every cited chunk was retrieved, and they support it."""
+    from research_agent.citations import check_citations
+
+    if not t.citations:
+        return False
+    check = check_citations(t.answer or "", t.citations, t.retrieved)
+    return not check["unretrieved"] and check["support_rate"] > 0
+
+
+def trajectory_kind(t: Trajectory) -> str:
+    return str(t.gold.get("kind") or t.meta.get("kind") or "")
+
+
+def cap_per_kind(trajs: list[Trajectory], cap: int, seed: int = 0) -> list[Trajectory]:
+    """At most ``cap`` of each (teacher, kind) group, drawn with ``seed``; the input order is kept."""
+    import random
+
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, t in enumerate(trajs):
+        groups.setdefault((str(t.meta.get("model", "")), trajectory_kind(t)), []).append(i)
+    rng = random.Random(seed)
+    chosen: set[int] = set()
+    for key in sorted(groups):
+        idx = groups[key]
+        chosen.update(idx if len(idx) <= cap else rng.sample(idx, cap))
+    return [t for i, t in enumerate(trajs) if i in chosen]
 
 
 def export_sft(trajs: list[Trajectory], path: str | Path, tokenizer=None, tokenizer_name: str = "") -> int:

@@ -140,3 +140,32 @@ def test_parser_handles_known_malformations():
     assert parse_action("").reason == "the output was empty"
     assert parse_action("<search>a</search><answer>b</answer>").name == "search"
     assert parse_action("<think>hmm</think><open>[wiki/Paris#0]</open>").argument == "wiki/Paris#0"
+
+
+class _SlowScripted(ScriptedPolicy):
+    """Each generate call takes a moment, so an interrupt lands while episodes are in flight."""
+
+    def generate(self, prompts, **kw):
+        import time
+
+        time.sleep(0.3)
+        return super().generate(prompts, **kw)
+
+
+def test_an_interrupt_drops_episodes_not_started_and_hands_over_those_in_flight(smol, small_browser):
+    """Ctrl-C or the recipe's --stop-after: finished work reaches on_result (so a resume keeps it)."""
+    _, tok = smol
+    items = [{"id": f"q{i}", "question": "What is the capital of France?"} for i in range(12)]
+    seen: list[str] = []
+
+    def on_result(traj):
+        seen.append(traj.id)
+        if len(seen) == 1:
+            raise KeyboardInterrupt
+
+    policy = _SlowScripted(tok, default="<answer>Paris</answer>")
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(items, policy, small_browser, AgentConfig(max_turns=1), progress=False, concurrency=2,
+                  on_result=on_result)
+    assert 2 <= len(seen) <= 4 and len(set(seen)) == len(seen)   # the one in flight was handed over
+    assert len(policy.prompts) < len(items)                       # the rest never started

@@ -130,3 +130,38 @@ def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path, small
     assert {r["id"] for r in lines} == {f"c{i}" for i in range(5)}
     for key, traj in done_before.items():  # work done before the kill was kept, not redone
         assert next(r for r in lines if r["meta"]["key"] == key)["token_ids"] == traj.token_ids
+
+
+def _cited(answer, cited, retrieved, kind="capital", model="m"):
+    t = _traj(answer, [-0.1] * 8)
+    t.citations, t.retrieved = cited, retrieved
+    t.gold["kind"], t.meta["model"] = kind, model
+    return t
+
+
+def test_rejection_sampling_keeps_right_answers_only_when_their_citations_check():
+    chunk = {"factbook/fr#0": "The capital of France is Paris."}
+    checked = _cited("Paris", ["factbook/fr#0"], chunk)
+    lucky = _cited("Paris", [], chunk)                                   # right, cites nothing
+    invented = _cited("Paris", ["factbook/xx#9"], chunk)                 # cites a chunk it never saw
+    wrong_chunk = _cited("Paris", ["factbook/de#0"], {"factbook/de#0": "The capital of Germany is Berlin."})
+    kept, stats = filter_trajectories([checked, lucky, invented, wrong_chunk], require_support=True)
+    assert kept == [checked] and stats["unsupported"] == 3
+    kept, _ = filter_trajectories([checked, lucky, invented, wrong_chunk])   # without the check all pass
+    assert len(kept) == 4
+
+
+def test_per_kind_cap_draws_the_same_seeded_subset_of_each_teacher_and_kind():
+    chunk = {"c#0": "Paris"}
+    trajs = [_cited("Paris", ["c#0"], chunk, kind=k, model=m) for m in ("ref", "student")
+             for k in ("capital",) * 5 + ("borders-both",) * 2]
+    kept, stats = filter_trajectories(trajs, per_kind=3, seed=1)
+    groups = {}
+    for t in kept:
+        groups[(t.meta["model"], t.gold["kind"])] = groups.get((t.meta["model"], t.gold["kind"]), 0) + 1
+    assert groups == {("ref", "capital"): 3, ("ref", "borders-both"): 2,
+                      ("student", "capital"): 3, ("student", "borders-both"): 2}
+    assert stats["over_kind_cap"] == 4
+    assert [trajs.index(t) for t in kept] == sorted(trajs.index(t) for t in kept)   # input order kept
+    again, _ = filter_trajectories(trajs, per_kind=3, seed=1)
+    assert [id(t) for t in again] == [id(t) for t in kept]
