@@ -8,6 +8,7 @@ python -m corpus search [DIR] "query" [-k 5] [--mode dense|bm25|hybrid]
 python -m corpus open [DIR] DOC_ID [--page 2] [--find PATTERN [--regex]]
 python -m corpus info [DIR]
 python -m corpus serve DIR [--port 8765]                 # the retrieval service (corpus.service)
+python -m corpus mcp [--corpus DIR] [--transport http]   # the Browser as an MCP server (corpus.mcp_server)
 ```
 DIR (and ``--out``) default to the default corpus: ``$RESEARCH_AGENT_CORPUS`` or the per-user cache.
 """
@@ -233,6 +234,8 @@ def _parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_cmd_info)
 
     sub.add_parser("serve", help="serve a corpus over HTTP: serve DIR [--port 8765] (corpus.service)")
+    sub.add_parser("mcp", help="serve a corpus's search / open / find as MCP tools: mcp [--corpus DIR] "
+                   "[--transport stdio|http] (corpus.mcp_server)")
     return p
 
 
@@ -249,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         from corpus.service import main as serve_main
 
         return serve_main(argv[1:])
+    if argv[:1] == ["mcp"]:  # so does the MCP server, an optional extra
+        try:
+            from corpus.mcp_server import main as mcp_main
+        except ImportError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return mcp_main(argv[1:])
     a = _parser().parse_args(argv)
     if getattr(a, "device", None):
         os.environ["RESEARCH_AGENT_EMBED_DEVICE"] = a.device  # read by corpus.embed.Embedder
