@@ -144,9 +144,9 @@ def rollout_rows(raw: dict[str, Any]) -> list[Row]:
                    f"({spread(gbps, '.1f', ' GB/s')}): {spread(floors, '.1f', ' ms')}")
             if via_model:
                 ref += f"; each step through `model(...)`: {spread(via_model, '.1f', ' ms')}"
-            where = ("`bench/rollout.py` (inside the full bench, after the agent runs" if agent else
+            where = ("`bench/rollout.py` (inside the full bench, after the agent runs; " if agent else
                      "`bench/rollout.py --decode-only` (")
-            rows.append((f"{where}; one row decoding alone, {model}, {kind} weights, {n} alternating rounds)",
+            rows.append((f"{where}one row decoding alone, {model}, {kind} weights, {n} alternating rounds)",
                          f"{spread(ms, '.1f', ' ms/token')}", ref, f"**{spread(ratio, '.2f', '×')}** its floor",
                          goal(median(ratio), 1.5) + " (median)"))
     if not rows:
