@@ -41,6 +41,13 @@ def enabled() -> bool:
 def supported(model) -> bool:
     """Whether ``decode_step`` computes this model's step: a Llama or Qwen2 decoder on the CPU, full
     attention in every layer, SiLU MLPs."""
+    return architecture_supported(model) and _causal_lm(model).model.embed_tokens.weight.device.type == "cpu"
+
+
+def architecture_supported(model) -> bool:
+    """Whether the model's layers have the shape a hand-written step computes (a Llama or Qwen2
+    decoder, full attention in every layer, SiLU MLPs), on any device; ``static_decode`` takes these
+    on a GPU too."""
     lm = _causal_lm(model)
     cfg = getattr(lm, "config", None)
     inner = getattr(lm, "model", None)
@@ -50,11 +57,9 @@ def supported(model) -> bool:
         return False
     if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or ())):
         return False
-    try:
-        weight = inner.embed_tokens.weight
-    except AttributeError:
+    if getattr(getattr(inner, "embed_tokens", None), "weight", None) is None:
         return False
-    return weight.device.type == "cpu" and hasattr(inner, "rotary_emb") and hasattr(lm, "lm_head")
+    return hasattr(inner, "rotary_emb") and hasattr(lm, "lm_head")
 
 
 class _Plan:

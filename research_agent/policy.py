@@ -130,12 +130,23 @@ class LocalPolicy:
     ``research_agent.prefix_cache``: every turn of a trajectory reuses the keys/values of the
     turns before it, and concurrent trajectories share the system prompt's.  ``prefix_cache=False``
     calls plain ``model.generate`` on the whole prompt (the reference the cache is tested against).
+
+    ``decode`` picks how the cached path decodes: ``loop`` (``prefix_cache.cached_generate``, made
+    for a CPU), ``static`` (``static_decode.StaticDecoder``: slots in a preallocated KV cache, each
+    step one CUDA graph on a GPU) or ``auto`` (``RESEARCH_AGENT_DECODE`` if set, else static on a
+    CUDA device and the loop on the CPU).  ``graphs`` (None: on CUDA) and ``sync_every`` tune the
+    static path.
     """
 
     def __init__(self, model, tokenizer, name: str = "local", *, prefix_cache: bool = True,
-                 cache_bytes: int = 1 << 30, quantize: str = "none"):
+                 cache_bytes: int = 1 << 30, quantize: str = "none", decode: str = "auto",
+                 graphs: bool | None = None, sync_every: int | None = None):
         from .prefix_cache import PrefixCache
+        from .static_decode import SYNC_EVERY, check_decode
 
+        self.decode = check_decode(decode)
+        self._static = None
+        self._static_args = {"graphs": graphs, "sync_every": sync_every or SYNC_EVERY}
         self.model = model
         self.cache = PrefixCache(max_bytes=cache_bytes) if prefix_cache else None
         self.tokenizer = tokenizer
@@ -156,6 +167,8 @@ class LocalPolicy:
             calibration = tokenizer.encode(CALIBRATION_TEXT)
         self._decode = DecodeLayers(quantize=quantize, calibration=calibration)
         self.quantize = self._decode.quantize
+        if self.decode == "static" and self.quantize != "none":
+            raise ValueError("decode static runs the model's own weights; --quantize int8 is the CPU loop's")
 
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None,
                  stop_loops=False, seeds=None) -> list[Generation]:
@@ -204,15 +217,35 @@ class LocalPolicy:
                 if on_done is not None:
                     def done(i, ids, lps, _fed):
                         on_done(i, _finish(tok, list(ids), list(lps), stop, self.eos_ids, stop_loops))
-                with self._decode.applied(self.model):
-                    rows = cached_generate(self.model, [list(p) for p in prompts], self.cache,
+                static = self.static_decoder()
+                if static is not None:  # the model's own layers (LoRA live), no DecodeLayers swaps
+                    rows = static.generate(self.model, [list(p) for p in prompts], self.cache,
                                            max_new_tokens=max(1, max_new_tokens), temperature=temperature,
                                            eos_ids=self.eos_ids, pad_id=pad, stop_hit=stop_hit, admit=admit,
                                            on_done=done, seeds=seeds)
+                else:
+                    with self._decode.applied(self.model):
+                        rows = cached_generate(self.model, [list(p) for p in prompts], self.cache,
+                                               max_new_tokens=max(1, max_new_tokens), temperature=temperature,
+                                               eos_ids=self.eos_ids, pad_id=pad, stop_hit=stop_hit,
+                                               admit=admit, on_done=done, seeds=seeds)
             finally:
                 if was_training:
                     self.model.train()
         return [_finish(tok, ids, lps, stop, self.eos_ids, stop_loops) for ids, lps, _ in rows]
+
+    def static_decoder(self):
+        """The ``StaticDecoder`` this policy decodes with, or None for the loop (see ``decode``); made
+        on first use and kept, with its buffers and captured graphs, for the policy's life."""
+        if self.cache is None or self.quantize != "none":
+            return None
+        from .static_decode import StaticDecoder, wants_static
+
+        if not wants_static(self.model, self.decode):
+            return None
+        if self._static is None:
+            self._static = StaticDecoder(**self._static_args)
+        return self._static
 
     @property
     def continuous(self) -> bool:
@@ -594,12 +627,13 @@ class BatchingPolicy:
 
 def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, endpoint: str | None = None,
                 *, progress: bool = True, cache_mb: int = 1024, device: str = "auto", dtype: str = "auto",
-                quantize: str = "none") -> Policy:
+                quantize: str = "none", decode: str = "auto") -> Policy:
     """The policy for a model name/path (local, on ``device`` in ``dtype``) or an OpenAI-compatible
     endpoint URL (which runs wherever its server does).
 
     ``cache_mb`` bounds a local policy's prefix KV cache (0 turns it off: plain ``generate``);
-    ``quantize="int8"`` decodes through int8 weights (``fast_linear.DecodeLayers``; CPU only)."""
+    ``quantize="int8"`` decodes through int8 weights (``fast_linear.DecodeLayers``; CPU only);
+    ``decode`` is ``LocalPolicy``'s (auto: the static, graph-captured decode on a GPU)."""
     from .models import load_model, resolve_model_dir
 
     if endpoint:
@@ -616,4 +650,4 @@ def load_policy(model: str = "qwen2.5-coder-0.5b", adapter: str | None = None, e
     if cache_mb < 0:
         raise ValueError(f"cache_mb must be >= 0 (0 disables the prefix cache), not {cache_mb}")
     return LocalPolicy(net, tok, name=model if not adapter else f"{model}+{adapter}", prefix_cache=cache_mb > 0,
-                       cache_bytes=cache_mb << 20, quantize=quantize)
+                       cache_bytes=cache_mb << 20, quantize=quantize, decode=decode)
