@@ -156,7 +156,7 @@ class ArtifactStore:
         (tmp / FILES).mkdir(parents=True)
         stored: dict[str, dict[str, Any]] = {}
         for src in outputs:
-            for path in _files_to_store(src):
+            for path in _files_to_store(src, resumable=card.status != "done"):
                 rel = path.relative_to(out)
                 stored.update(_store_file(path, tmp / FILES / rel, str(rel)))
         card.files = stored
@@ -191,14 +191,19 @@ class ArtifactStore:
         return card
 
 
-def _files_to_store(src: Path) -> list[Path]:
-    """A file, or a directory's files less dotfiles and all training checkpoints but the newest."""
+def _files_to_store(src: Path, resumable: bool = True) -> list[Path]:
+    """A file, or a directory's files less dotfiles and all training checkpoints but the newest.
+
+    A finished training run (``resumable`` False, its ``adapter/`` written) keeps no checkpoint:
+    the adapter is what later stages read, and an optimizer state is only for resuming."""
     if src.is_file():
         return [src]
     if not src.is_dir():
         return []
     newest = None
     ckpts = src / "checkpoints"
+    if not resumable and (src / "adapter" / "adapter_model.safetensors").exists():
+        ckpts = src / "no-checkpoints"
     if ckpts.is_dir():
         steps = [p for p in ckpts.iterdir() if p.is_dir() and p.name.startswith("step-") and (p / "state.json").exists()]
         newest = max(steps, key=lambda p: int(p.name.split("-")[1]), default=None)

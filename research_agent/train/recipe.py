@@ -196,8 +196,10 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
             if adapter is not None:
                 argv += ["--adapter", str(adapter)]
             plan.append((f"eval-{name}{suffix}", "eval.cli", argv))
+        # an eval staged over sessions answers on each session's commit: compare it, flagged as mixed
+        mixed = ["--allow-mixed-code"] if r.artifacts is not None else []
         plan.append((f"compare{suffix}", "eval.cli", ["compare", *(str(o / f"eval-{n}{suffix}") for n, _ in models(r)),
-                                                     "--out", str(o / f"compare{suffix}")]))
+                                                     "--out", str(o / f"compare{suffix}"), *mixed]))
     if r.name and r.artifacts is not None:
         final = models(r)[-1][1]
         plan.append(("ship", "research_agent.train.ship", [

@@ -143,6 +143,24 @@ def test_a_file_too_large_to_commit_stops_the_publish(tmp_path, monkeypatch):
     assert not (tmp_path / "art" / "stages" / "sft").exists()  # nothing half-written is left as a stage
 
 
+def test_a_finished_training_stage_stores_its_adapter_and_no_optimizer_state(tmp_path):
+    """Resume state is for partial stages: a done one commits its adapter, not its last checkpoint."""
+    from research_agent.train.artifacts import StageCard
+
+    out = tmp_path / "out"
+    for d in ("sft/adapter", "sft/checkpoints/step-8"):
+        (out / d).mkdir(parents=True)
+    (out / "sft" / "adapter" / "adapter_model.safetensors").write_bytes(b"A" * 64)
+    (out / "sft" / "checkpoints" / "step-8" / "optimizer.pt").write_bytes(b"O" * 64)
+    (out / "sft" / "checkpoints" / "step-8" / "state.json").write_text("{}")
+    store = ArtifactStore(tmp_path / "art")
+    partial = store.publish("sft", out, [out / "sft"], StageCard("sft", "k", "c", "", {}, status="partial"))
+    assert "sft/checkpoints/step-8/optimizer.pt" in partial.files
+    done = store.publish("sft", out, [out / "sft"], StageCard("sft", "k", "c", "", {}, status="done"))
+    assert sorted(done.files) == ["sft/adapter/adapter_model.safetensors"]
+    assert not (store.stage_dir("sft") / "files" / "sft" / "checkpoints").exists()
+
+
 def test_stage_keys_do_not_depend_on_the_checkout_or_scratch_paths(tmp_path):
     task_file = str(repo_root() / "research_agent" / "data" / "factbook_qa.jsonl")
     shown = display_argv(["--qa", task_file, "--out", str(tmp_path / "sft"), "--lr", "2e-4"], tmp_path)
