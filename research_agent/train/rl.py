@@ -410,7 +410,11 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, tasks.tools), "loss": upd["loss"], "kl": upd["kl"],
                "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
                "sampling_rounds": rounds, **sampler.metrics(),
-               "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll}
+               "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll,
+               # every trajectory sampled this step (dynamic sampling may draw more than one round):
+               # what a tokens/s figure divides, rather than a mean times an assumed count
+               "rollout_trajectories": len(trajs),
+               "rollout_generated_tokens": sum(t.generated_tokens for t in trajs)}
         if publisher is not None:
             row["publish_seconds"] = publisher.seconds
         comps: dict[str, float] = {}

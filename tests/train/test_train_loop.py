@@ -122,6 +122,9 @@ def test_resume_reproduces_the_next_step(tmp_path, small_browser):
     assert [r["step"] for r in b] == [1, 2]
     for key in ("reward", "turns", "gen_tokens", "answer_rate"):
         assert a[1][key] == pytest.approx(b[1][key]), key
+    for row in a:  # the step's totals, which tokens/s figures divide (1 prompt x G 2, one sampling round)
+        assert row["rollout_trajectories"] == 2
+        assert row["rollout_generated_tokens"] == pytest.approx(row["gen_tokens"] * 2)
     assert a[1]["loss"] == pytest.approx(b[1]["loss"], rel=1e-3, abs=1e-5)
     assert (tmp_path / "part" / "adapter" / "adapter_config.json").exists()
     assert (tmp_path / "part" / "training.png").stat().st_size > 1000
