@@ -44,7 +44,7 @@ class ArtifactError(RuntimeError):
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 def code_commit() -> str:
@@ -243,8 +243,8 @@ def write_index(store: ArtifactStore) -> Path:
         shown = {k: v for k, v in c.numbers.items() if k in INDEX_NUMBERS}
         nums = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items())
         rows.append(f"| {c.stage} | {c.status} | {c.seconds / 60:.0f} | {c.commit[:12]} | {nums} | `{c.command}` |")
-    text = (f"# {store.root.name}\n\nWritten by `python -m research_agent.train.recipe` as its stages finish "
-            "(`research_agent/train/artifacts.py`); each stage's `card.json` has its input hashes and every "
+    text = (f"# {store.root.name}\n\nWritten by `python -m recipe` as its stages finish "
+            "(`recipe/artifacts.py`); each stage's `card.json` has its input hashes and every "
             "file's hash. `partial` stages resume from here.\n\n"
             "| stage | status | minutes | commit | numbers | command |\n|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")

@@ -1,4 +1,4 @@
-"""``python -m research_agent.train.ship``: make a trained adapter a named agent that ``ask --agent`` runs.
+"""``python -m recipe.ship``: make a trained adapter a named agent that ``ask --agent`` runs.
 
 The recipe's last stage.  It copies the adapter (with the chain it sits on, so it loads on its own)
 into the artifact directory and writes ``agent.json`` beside it: the base model, the agent settings
@@ -29,7 +29,7 @@ def _value(text: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m research_agent.train.ship", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m recipe.ship", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--adapter", required=True, help="the trained adapter directory")
     p.add_argument("--model", required=True, help="its base model")

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from research_agent.train.artifacts import ArtifactError, ArtifactStore, display_argv, repo_root
-from research_agent.train.recipe import EXIT_STOPPED, Recipe, run_recipe
+from recipe import EXIT_STOPPED, Recipe, run_recipe
+from recipe.__main__ import main as recipe_main
+from recipe.artifacts import ArtifactError, ArtifactStore, display_argv, repo_root
 
 STAGE_CLI = '''
 import json, os, sys, time
@@ -53,7 +54,7 @@ def stage_cli(tmp_path, monkeypatch):
 
 
 def _plan(monkeypatch, out, data):
-    import research_agent.train.recipe as recipe
+    import recipe.run as recipe
 
     plan = [("sft", "artifact_stage_cli", ["--in", str(data), "--out", str(out / "sft")]),
             ("eval-x", "artifact_stage_cli", ["--in", str(out / "sft" / "big.json"), "--out", str(out / "eval-x")])]
@@ -120,6 +121,60 @@ def test_a_stage_stopped_midway_resumes_in_the_next_session_from_its_published_c
     assert card["status"] == "done" and card["sessions"] == 2
 
 
+def test_an_eval_whose_questions_changed_keeps_its_answers_and_answers_only_the_new_questions(
+        tmp_path, stage_cli, monkeypatch):
+    """A fixed benchmark (ill-posed questions left out) changes an eval stage's key through its questions
+    input; with the same command and model the stored answers come back and the eval resumes over them,
+    while a changed model (another input) still runs the eval from nothing."""
+    import recipe.run as run
+
+    (tmp_path / "answers_cli.py").write_text(
+        "import json\nfrom pathlib import Path\nASKED = []\n\ndef main(argv):\n"
+        "    out = Path(argv[argv.index('--out') + 1]); out.mkdir(parents=True, exist_ok=True)\n"
+        "    f = out / 'answers.jsonl'\n"
+        "    done = {json.loads(x)['id'] for x in f.read_text().splitlines()} if f.exists() else set()\n"
+        "    new = [q for q in argv[argv.index('--questions') + 1].split(',') if q not in done]\n"
+        "    ASKED.append(new)\n"
+        "    with open(f, 'a') as w:\n"
+        "        w.writelines(json.dumps({'id': q}) + '\\n' for q in new)\n"
+        "    return 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import answers_cli
+
+    art, model = tmp_path / "art", tmp_path / "model.txt"
+    model.write_text("m")
+    asked = {"now": "q1,q2"}
+    monkeypatch.setattr(run, "question_inputs", lambda module, argv: {"questions:bench-x": asked["now"]})
+    monkeypatch.setattr(run, "stages", lambda r: [("eval-x", "answers_cli", [
+        "qa", "--questions", asked["now"], "--model", str(model), "--out", str(r.out / "eval-x")])])
+    run_recipe(Recipe(out=tmp_path / "s1", artifacts=art))
+    # the benchmark changed (q2 left out, q3 in): the same command, and the stored answers come back
+    asked["now"] = "q1,q3"
+    monkeypatch.setattr(run, "stages", lambda r: [("eval-x", "answers_cli", [
+        "qa", "--questions", "q1,q2", "--model", str(model), "--out", str(r.out / "eval-x")])])
+    run_recipe(Recipe(out=tmp_path / "s2", artifacts=art))
+    assert answers_cli.ASKED == [["q1", "q2"], []]  # the same command: q1 and q2 were answered before
+    card = json.loads((art / "stages" / "eval-x" / "card.json").read_text())
+    assert card["sessions"] == 2 and card["inputs"]["questions:bench-x"] == "q1,q3"
+    model.write_text("another model")  # another input changed too: nothing is reused
+    run_recipe(Recipe(out=tmp_path / "s3", artifacts=art))
+    assert answers_cli.ASKED[-1] == ["q1", "q2"]
+    sys.modules.pop("answers_cli", None)
+
+
+def test_question_inputs_hash_the_questions_a_bench_selects(tmp_path):
+    from recipe.run import question_inputs
+
+    bench = tmp_path / "b.jsonl"
+    bench.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Q{i}?", "answers": ["a"]}) + "\n"
+                             for i in range(6)))
+    argv = ["qa", "--bench", str(bench), "--limit", "4", "--out", "x"]
+    first = question_inputs("eval.cli", argv)
+    assert list(first) == [f"questions:{bench}"] and first == question_inputs("eval.cli", argv)
+    assert question_inputs("eval.cli", [*argv, "--seed", "1"]) != first
+    assert question_inputs("synth.__main__", argv) == {} and question_inputs("eval.cli", ["compare", "a"]) == {}
+
+
 def test_a_corrupt_artifact_is_reported_not_restored(tmp_path, stage_cli, monkeypatch):
     art, data = tmp_path / "art", tmp_path / "data.txt"
     data.write_text("d")
@@ -131,8 +186,8 @@ def test_a_corrupt_artifact_is_reported_not_restored(tmp_path, stage_cli, monkey
 
 
 def test_a_file_too_large_to_commit_stops_the_publish(tmp_path, monkeypatch):
-    import research_agent.train.artifacts as artifacts
-    from research_agent.train.artifacts import StageCard
+    import recipe.artifacts as artifacts
+    from recipe.artifacts import StageCard
 
     monkeypatch.setattr(artifacts, "MAX_FILE_BYTES", 1000)
     out = tmp_path / "out"
@@ -145,7 +200,7 @@ def test_a_file_too_large_to_commit_stops_the_publish(tmp_path, monkeypatch):
 
 def test_a_finished_training_stage_stores_its_adapter_and_no_optimizer_state(tmp_path):
     """Resume state is for partial stages: a done one commits its adapter, not its last checkpoint."""
-    from research_agent.train.artifacts import StageCard
+    from recipe.artifacts import StageCard
 
     out = tmp_path / "out"
     for d in ("sft/adapter", "sft/checkpoints/step-8"):
@@ -168,20 +223,20 @@ def test_stage_keys_do_not_depend_on_the_checkout_or_scratch_paths(tmp_path):
 
 
 def test_the_stop_after_timer_stops_the_recipe_with_its_exit_code(tmp_path, stage_cli, monkeypatch):
-    import research_agent.train.recipe as recipe
+    import recipe.run as recipe
 
     stage_cli.INTERRUPT_AT = None
     slow = tmp_path / "slow_stage_cli.py"
     slow.write_text("import time\n\ndef main(argv):\n    time.sleep(30)\n    return 0\n")
     monkeypatch.setattr(recipe, "stages", lambda r: [("sft", "slow_stage_cli", ["--out", str(r.out / "sft")])])
-    rc = recipe.main(["--out", str(tmp_path / "r"), "--artifacts", str(tmp_path / "art"), "--stop-after", "0.02"])
+    rc = recipe_main(["--out", str(tmp_path / "r"), "--artifacts", str(tmp_path / "art"), "--stop-after", "0.02"])
     sys.modules.pop("slow_stage_cli", None)
     assert rc == EXIT_STOPPED
     assert json.loads((tmp_path / "art" / "stages" / "sft" / "card.json").read_text())["status"] == "partial"
 
 
 def test_the_qwen_preset_chains_rejection_sampling_into_sft_and_evaluates_every_held_out_set(tmp_path):
-    from research_agent.train.recipe import research_qwen_v1, stages
+    from recipe import research_qwen_v1, stages
 
     r = research_qwen_v1(tmp_path / "out", tmp_path / "art")
     plan = {n: a for n, _, a in stages(r)}
@@ -207,8 +262,8 @@ def test_the_qwen_preset_chains_rejection_sampling_into_sft_and_evaluates_every_
 def test_shipped_agent_by_name_brings_its_model_adapter_and_budgets(tmp_path, monkeypatch):
     import argparse
 
+    from recipe.ship import main as ship
     from research_agent.shipped import ARTIFACTS_ENV, UnknownAgent, apply_agent, load_agent, shipped_agents
-    from research_agent.train.ship import main as ship
 
     adapter = tmp_path / "trained" / "adapter"
     adapter.mkdir(parents=True)
@@ -235,9 +290,9 @@ def test_shipped_agent_by_name_brings_its_model_adapter_and_budgets(tmp_path, mo
 
 def test_ask_and_eval_run_a_shipped_agent_by_name(tmp_path, monkeypatch, smol, small_corpus_dir, capsys):
     """A real adapter on smollm2, shipped, then answered with through ``ask --agent`` and ``eval qa --agent``."""
+    from recipe.ship import main as ship
     from research_agent.ask import main as ask
     from research_agent.shipped import ARTIFACTS_ENV
-    from research_agent.train.ship import main as ship
     from tests.loras import random_lora
 
     model, _ = smol

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from research_agent.train.recipe import Recipe, StageFailed, main, run_recipe, run_stage, stages
+from recipe import Recipe, StageFailed, run_recipe, run_stage, stages
+from recipe.__main__ import main
 
 
 def test_stages_chain_the_package_clis_in_order(tmp_path):
@@ -79,7 +80,7 @@ def stage_module(tmp_path, monkeypatch):
 
 
 def test_markers_skip_finished_stages_and_failures_stop_cleanly(tmp_path, stage_module, monkeypatch):
-    import research_agent.train.recipe as recipe
+    import recipe.run as recipe
 
     out = tmp_path / "run"
     plan = [("one", "fake_stage_cli", ["a"]), ("rl", "fake_stage_cli", ["b"])]
@@ -105,7 +106,7 @@ def test_markers_skip_finished_stages_and_failures_stop_cleanly(tmp_path, stage_
 
 
 def test_cli_reports_a_failed_stage(tmp_path, stage_module, monkeypatch, capsys):
-    import research_agent.train.recipe as recipe
+    import recipe.run as recipe
 
     monkeypatch.setattr(recipe, "stages", lambda r: [("demonstrations", "fake_stage_cli", [])])
     stage_module.RC = 1

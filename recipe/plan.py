@@ -1,0 +1,167 @@
+"""Which stages a recipe runs, in order, and the exact flags of each: the plan, not its running.
+
+Every stage is one of the package's own CLIs (``synth``, ``research_agent.train``, ``eval``,
+``recipe.ship``) with the flags the results in docs/ were made with, so the recipe is a recipe and
+not a second implementation.  A stage's module name and argv are half of its artifact key
+(``recipe.artifacts``): renaming a module or reordering flags makes every stored stage run again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """A held-out benchmark every model of the recipe is evaluated on; ``label`` names its stages."""
+
+    label: str
+    bench: str
+    limit: int | None = None  # None: the recipe's eval_limit; 0: all questions
+
+
+@dataclass
+class Recipe:
+    out: Path
+    model: str = "smollm2-135m"
+    demos: int | None = 240  # train questions with a research demonstration (None: all 1376)
+    sft_lr: float = 5e-4
+    sft_epochs: int = 1
+    rl_steps: int = 30
+    rl_lr: float = 2e-4
+    rl_prompts: int = 4
+    eval_limit: int = 100
+    # research budgets (configs/research.toml): a two-hop question takes up to a search for the pair,
+    # one per side, open + find, and a search for the bridge; 8 calls leave room for one reformulation
+    max_turns: int = 10
+    max_tool_calls: int = 8
+    max_new_tokens: int = 48
+    max_total_tokens: int = 3072
+    concurrency: int = 8
+    # every stage searches the same way: the demonstrations' hits are what SFT imitates and RL and the
+    # evals must see the same ranking; "bm25" skips the dense encoder (faster on a CPU, no embedding model)
+    retriever: str = "hybrid"
+    # rejection sampling (expert iteration's first round): the untrained student answers this many
+    # train questions `samples` times at `sample_temperature`; its right, cited runs join the SFT data
+    self_samples: int = 0
+    samples: int = 2
+    sample_temperature: float = 0.7
+    per_kind: int | None = None  # SFT data: at most N trajectories of each kind and source
+    require_citations: bool = False  # SFT data: the cited chunks must support the answer
+    sft_checkpoint_every: int = 5
+    evals: tuple[EvalSet, ...] = (EvalSet("", "factbook-test"),)
+    name: str = ""  # the shipped agent's name (`ask --agent NAME`); "" ships nothing
+    artifacts: Path | None = None
+
+    @classmethod
+    def quick(cls, out: Path, model: str) -> Recipe:
+        return cls(out=out, model=model, demos=16, rl_steps=2, rl_prompts=2, eval_limit=6)
+
+
+def research_qwen_v1(out: Path, artifacts: Path | None = None) -> Recipe:
+    """The default model trained in stages: docs/training.md ("Training the default model in stages")."""
+    from research_agent.shipped import artifacts_root
+
+    return Recipe(out=out, model="qwen2.5-coder-0.5b", demos=None, self_samples=32, samples=2,
+                  per_kind=40, require_citations=True, sft_lr=2e-4, sft_epochs=1, sft_checkpoint_every=2,
+                  rl_steps=32, rl_lr=5e-5,
+                  evals=(EvalSet("factbook", "factbook-test", 200), EvalSet("two-hop", "factbook-two-hop", 0),
+                         EvalSet("squad", "squad-open", 200), EvalSet("strategyqa", "strategyqa", 100)),
+                  name="research-qwen-v1", artifacts=artifacts or artifacts_root() / "research-qwen-v1")
+
+
+PRESETS = {"research-qwen-v1": research_qwen_v1}
+
+
+
+def _agent_flags(r: Recipe) -> list[str]:
+    return ["--retriever", r.retriever,
+            "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
+            "--max-new-tokens", str(r.max_new_tokens), "--max-total-tokens", str(r.max_total_tokens)]
+
+
+def _eval_sets(r: Recipe) -> list[str]:
+    return ["--retriever", r.retriever,
+            "--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
+            "--set", f"max_new_tokens={r.max_new_tokens}", "--set", f"max_total_tokens={r.max_total_tokens}"]
+
+
+def _synth_flags(r: Recipe) -> list[str]:
+    flags = ["--concurrency", str(r.concurrency), "--retriever", r.retriever,
+             "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls)]
+    if r.self_samples:  # the student's own runs must be sampled under the budgets it is evaluated with
+        flags += ["--max-new-tokens", str(r.max_new_tokens)]
+    return [*flags, "--set", f"max_total_tokens={r.max_total_tokens}"]
+
+
+def models(r: Recipe) -> list[tuple[str, Path | None]]:
+    """The models every held-out set evaluates: the untrained student, then each trained adapter."""
+    evals = [("base", None), ("sft", r.out / "sft" / "adapter")]
+    if r.rl_steps:
+        evals.append(("rl", r.out / "rl" / "adapter"))
+    return evals
+
+
+def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
+    """(name, module, argv) in order; the module's ``main(argv)`` runs the stage."""
+    from research_agent.tasks import default_task_file
+
+    o = r.out
+    qa = str(default_task_file())
+    demos = ["trajectories", "--qa", qa, "--policy", "reference", "--model", r.model, "--split", "train"]
+    if r.demos is not None:
+        demos += ["--limit", str(r.demos)]
+    plan = [("demonstrations", "synth.__main__", [*demos, "--out", str(o / "demonstrations"), *_synth_flags(r)])]
+    sources = [str(o / "demonstrations")]
+    if r.self_samples:
+        plan.append(("samples-r0", "synth.__main__", [
+            "trajectories", "--qa", qa, "--policy", "model", "--model", r.model, "--split", "train",
+            "--limit", str(r.self_samples), "--samples", str(r.samples), "--temperature", str(r.sample_temperature),
+            "--out", str(o / "samples-r0"), *_synth_flags(r)]))
+        sources.append(str(o / "samples-r0"))
+    export = ["sft-export", "--trajectories", *sources, "--out", str(o / "sft.jsonl"), "--min-f1", "0.8",
+              "--tokenizer", r.model]
+    if r.require_citations:
+        export.append("--require-citations")
+    if r.per_kind is not None:
+        export += ["--per-kind", str(r.per_kind)]
+    plan += [
+        ("sft-export", "synth.__main__", export),
+        ("sft", "research_agent.train.__main__", ["--stage", "sft", "--model", r.model, "--tasks", str(o / "sft.jsonl"),
+                                         "--lr", str(r.sft_lr), "--epochs", str(r.sft_epochs), "--micro-batch", "4",
+                                         "--max-total-tokens", str(r.max_total_tokens),
+                                         *(["--checkpoint-every", str(r.sft_checkpoint_every)]
+                                           if r.sft_checkpoint_every != 5 else []),
+                                         "--out", str(o / "sft")]),
+    ]
+    if r.rl_steps:
+        plan.append(("rl", "research_agent.train.__main__", [
+            "--stage", "rl", "--model", r.model, "--init-adapter", str(o / "sft" / "adapter"), "--algorithm",
+            "reinforce", "--group-size", "4", "--prompts-per-step", str(r.rl_prompts), "--steps", str(r.rl_steps),
+            "--lr", str(r.rl_lr), "--kl-coef", "0", "--temperature", "1.0",
+            "--checkpoint-every", "4", "--keep-checkpoints", "12",
+            "--concurrency", str(r.concurrency), "--out", str(o / "rl"), *_agent_flags(r)]))
+    for ev in r.evals:
+        suffix = f"-{ev.label}" if ev.label else ""
+        limit = r.eval_limit if ev.limit is None else ev.limit
+        for name, adapter in models(r):
+            argv = ["qa", "--bench", ev.bench, *(["--limit", str(limit)] if limit else []), "--model", r.model,
+                    *_eval_sets(r), "--concurrency", str(r.concurrency), "--quiet",
+                    "--out", str(o / f"eval-{name}{suffix}")]
+            if adapter is not None:
+                argv += ["--adapter", str(adapter)]
+            plan.append((f"eval-{name}{suffix}", "eval.cli", argv))
+        # an eval staged over sessions answers on each session's commit: compare it, flagged as mixed
+        mixed = ["--allow-mixed-code"] if r.artifacts is not None else []
+        plan.append((f"compare{suffix}", "eval.cli", ["compare", *(str(o / f"eval-{n}{suffix}") for n, _ in models(r)),
+                                                     "--out", str(o / f"compare{suffix}"), *mixed]))
+    if r.name and r.artifacts is not None:
+        final = models(r)[-1][1]
+        plan.append(("ship", "recipe.ship", [
+            "--adapter", str(final), "--model", r.model, "--name", r.name, "--out", str(r.artifacts),
+            "--retriever", r.retriever, "--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
+            "--set", f"max_new_tokens={r.max_new_tokens}", "--set", f"max_total_tokens={r.max_total_tokens}",
+            *(str(o / f"eval-{n}-{ev.label}" if ev.label else o / f"eval-{n}")
+              for ev in r.evals for n, _ in models(r))]))
+    return plan
