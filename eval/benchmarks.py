@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corpus.factbook import ill_posed
 from corpus.files import seeded_subset
 from corpus.sources import MAX_JSON_DEPTH, json_depth, writable_json
 from eval.fetch import simpleqa_file, squad_file, strategyqa_file
@@ -332,7 +333,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[..., tuple[list[dict], CorpusSpec]]]] 
         _factbook_split("test"),
     ),
     "factbook-dev": ("the shipped Factbook task set's dev split", _factbook_split("dev")),
-    "factbook-two-hop": ("the test split's two-hop questions (all 191)", _factbook_split("test", min_hops=2)),
+    "factbook-two-hop": ("the test split's two-hop questions (all 156 well-posed ones)", _factbook_split("test", min_hops=2)),
 }
 
 
@@ -370,4 +371,13 @@ def load_benchmark(
     ids = [it["id"] for it in items]
     if len(set(ids)) != len(ids):
         raise BenchmarkFormatError(f"benchmark {name!r} has duplicate question ids; resume needs unique ids")
-    return subset(items, limit, seed), spec
+    # ill-posed questions leave after the shuffle, so dropping one never reshuffles the others: a run
+    # made before keeps its answers to every question still asked
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    shuffled = subset(items, None, seed)
+    kept = [it for it in shuffled if not ill_posed(it)]
+    if len(kept) < len(shuffled):
+        print(f"note: {name}: left out {len(shuffled) - len(kept)} ill-posed questions (a bridge or answer that is "
+              "no country: corpus.factbook.ill_posed)", file=sys.stderr, flush=True)
+    return kept if limit is None else kept[:limit], spec

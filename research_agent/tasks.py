@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
+from corpus.factbook import ill_posed
 from corpus.files import read_jsonl
 
 from .trajectory import Trajectory
@@ -52,7 +53,7 @@ class ResearchTasks:
 
     def load_tasks(self, cfg: Any) -> list[dict]:
         path = cfg.tasks or str(default_task_file())
-        items = read_jsonl(path, required=("question",), split=cfg.split or None)
+        items = [it for it in read_jsonl(path, required=("question",), split=cfg.split or None) if not ill_posed(it)]
         if not items:
             raise TaskSetupError(f"no tasks with split {cfg.split!r} in {path}")
         return items

@@ -17,6 +17,7 @@ from eval.benchmarks import (
     UnknownBenchmark,
     load_benchmark,
     parse_strategyqa,
+    subset,
 )
 from eval.fetch import extract_members
 
@@ -181,6 +182,30 @@ def test_factbook_splits_are_the_trainers_held_out_sets():
     train_docs = {d for t in load_tasks(TrainConfig(split="train")) for d in t.get("supporting_docs", [])}
     assert all(set(it["supporting_docs"]) - train_docs for it in test + dev)
     assert all(not set(it["supporting_docs"]) & train_docs for it in test if it["hops"] == 1)
+
+
+def test_ill_posed_factbook_questions_leave_without_reshuffling_the_rest(tmp_path):
+    """35 of the test split's two-hop questions have the European Union for "the country that borders
+    both"; they are left out after the seeded shuffle, so a --limit run keeps every well-posed question
+    it had, in the same order, and only fills the freed places from further down the shuffle."""
+    from corpus.factbook import ill_posed
+    from research_agent.tasks import default_task_file
+
+    two_hop, _ = load_benchmark("factbook-two-hop")
+    assert len(two_hop) == 156 and not any(ill_posed(it) for it in two_hop)
+    assert all(it["hops"] >= 2 and it["split"] == "test" for it in two_hop)
+    assert "European Union" not in {a for it in two_hop for a in it["answers"]}
+    # the same file with the ill-posed questions' gold left as it was: a plain seeded subset
+    rows = [json.loads(line) for line in default_task_file().read_text().splitlines()]
+    test_rows = [r for r in rows if r["split"] == "test"]
+    path = tmp_path / "test.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in test_rows))
+    before = [it["id"] for it in subset(test_rows, 200, 0)]
+    now = [it["id"] for it in load_benchmark("factbook-test", limit=200)[0]]
+    assert now == [it["id"] for it in load_benchmark(str(path), limit=200)[0]]
+    bad = {r["id"] for r in test_rows if ill_posed(r)}
+    assert len(now) == 200 and not set(now) & bad
+    assert [i for i in before if i not in bad] == now[: 200 - len(set(before) & bad)]
 
 
 def test_unknown_benchmark_lists_the_known_ones():

@@ -165,3 +165,19 @@ def test_per_kind_cap_draws_the_same_seeded_subset_of_each_teacher_and_kind():
     assert [trajs.index(t) for t in kept] == sorted(trajs.index(t) for t in kept)   # input order kept
     again, _ = filter_trajectories(trajs, per_kind=3, seed=1)
     assert [id(t) for t in again] == [id(t) for t in kept]
+
+
+def test_the_european_union_is_never_the_country_that_borders_both(small_browser):
+    """The EU's profile lists its outer borders; with it among the documents, "the country that borders
+    both X and Y" was answered "European Union" (35 of the 191 two-hop test questions)."""
+    from corpus.factbook import factbook_documents
+
+    eu = next(factbook_documents(gecs=["ee"]))
+    assert eu.links, "the EU's profile should link its border countries, or this test shows nothing"
+    docs = [*small_browser.documents(), eu]
+    chunks = {d.id: small_browser.chunks(d.id) for d in small_browser.documents()}
+    chunks[eu.id] = small_browser.chunks(next(iter(chunks)))[:0]  # no text: the EU can only enter as a bridge
+    s = QASynthesizer(docs, lambda i: chunks.get(i, []), seed=1)
+    assert eu.id not in s.countries
+    items = s.multi_hop()
+    assert items and not any(eu.id in i.supporting_docs or "European Union" in i.answers for i in items)
