@@ -14,7 +14,7 @@ stage without activation checkpointing; the issue's goal is <= 4 GB for both sta
 
 Make the data once with the recipe itself:
 
-    python -m research_agent.train.recipe --out runs/mem --demos 24 --only demonstrations sft-export sft
+    python -m recipe --out runs/mem --demos 24 --only demonstrations sft-export sft
 """
 
 from __future__ import annotations

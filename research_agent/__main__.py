@@ -16,7 +16,7 @@ COMMANDS = {
     "ask": ("research_agent.ask", "ask a question: search, read, answer with checked citations"),
     "serve": ("research_agent.serve", "a local model behind an OpenAI-compatible API on loopback"),
     "train": ("research_agent.train.__main__", "LoRA SFT or RL (REINFORCE / GRPO / RLOO / GiGPO)"),
-    "recipe": ("research_agent.train.recipe", "demonstrations -> SFT -> RL -> held-out eval, resumable"),
+    "recipe": ("recipe.__main__", "demonstrations -> SFT -> RL -> held-out eval, resumable"),
     "eval": ("eval.cli", "evaluate on QA benchmarks (qa), code tasks (code), compare runs"),
     "synth": ("synth.__main__", "synthesize questions, trajectories and SFT exports"),
     "corpus": ("corpus.cli", "build, extend, search, open and serve corpora"),

@@ -3,7 +3,7 @@
 A shipped agent is a directory ``artifacts/NAME/`` holding ``agent.json`` (the base model, the
 adapter's relative path, the agent settings it was trained and evaluated with, and its held-out
 numbers) and the LoRA adapter itself.  The recipe's ``ship`` stage writes it
-(``research_agent.train.ship``); nothing here trains or downloads anything, so a fresh clone answers
+(``recipe.ship``); nothing here trains or downloads anything, so a fresh clone answers
 with a shipped agent at once.  ``$RESEARCH_AGENT_ARTIFACTS`` points at another artifacts directory
 (e.g. for an installed, non-editable package, whose site-packages holds no ``artifacts/``).
 """
