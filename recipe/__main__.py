@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="the student model (default smollm2-135m)")
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the loop runs, measures nothing")
     p.add_argument("--preset", choices=sorted(PRESETS),
-                   help="a whole recipe by name: research-qwen-v1 trains the default model in stages")
+                   help="a whole recipe by name: research-qwen-v1 trains the default model in stages, "
+                        "reward-ablation-smollm2 compares three RL rewards from one SFT start")
     p.add_argument("--demos", type=int, help="train questions with a demonstration (default 240)")
     p.add_argument("--rl-steps", type=int, help="RL optimizer steps (default 30)")
     p.add_argument("--eval-limit", type=int, help="held-out factbook-test questions per eval (default 100)")

@@ -21,6 +21,14 @@ class EvalSet:
     limit: int | None = None  # None: the recipe's eval_limit; 0: all questions
 
 
+@dataclass(frozen=True)
+class RLArm:
+    """One RL run from the SFT adapter, named ``rl-<label>``: arms differ only in their reward."""
+
+    label: str
+    reward: str  # a name from rewards.REWARDS or a weighted spec "f1_penalty:1.0,carr:0.3"
+
+
 @dataclass
 class Recipe:
     out: Path
@@ -51,6 +59,10 @@ class Recipe:
     require_citations: bool = False  # SFT data: the cited chunks must support the answer
     sft_checkpoint_every: int = 5
     evals: tuple[EvalSet, ...] = (EvalSet("", "factbook-test"),)
+    # RL runs side by side from the one SFT adapter (a reward ablation); none: one run, "rl", with the
+    # task type's default reward
+    rl_arms: tuple[RLArm, ...] = ()
+    eval_base: bool = True  # evaluate the untrained model too (an ablation compares arms with the SFT start)
     name: str = ""  # the shipped agent's name (`ask --agent NAME`); "" ships nothing
     artifacts: Path | None = None
 
@@ -71,7 +83,19 @@ def research_qwen_v1(out: Path, artifacts: Path | None = None) -> Recipe:
                   name="research-qwen-v1", artifacts=artifacts or artifacts_root() / "research-qwen-v1")
 
 
-PRESETS = {"research-qwen-v1": research_qwen_v1}
+def reward_ablation_smollm2(out: Path, artifacts: Path | None = None) -> Recipe:
+    """Which reward teaches research best, from one SFT start: F1 with the action penalty alone, with the
+    citation-aware rubric reward (CaRR), with the tool-efficiency reward (OTC); 30 steps each."""
+    from research_agent.shipped import artifacts_root
+
+    return Recipe(out=out, model="smollm2-135m", rl_steps=30, eval_base=False,
+                  rl_arms=(RLArm("f1", "f1_penalty"), RLArm("carr", "f1_penalty:1.0,carr:0.3"),
+                           RLArm("otc", "f1_penalty:1.0,otc:0.3")),
+                  evals=(EvalSet("factbook", "factbook-test", 200),),
+                  artifacts=artifacts or artifacts_root() / "reward-ablation-smollm2")
+
+
+PRESETS = {"research-qwen-v1": research_qwen_v1, "reward-ablation-smollm2": reward_ablation_smollm2}
 
 
 
@@ -97,10 +121,16 @@ def _synth_flags(r: Recipe) -> list[str]:
 
 def models(r: Recipe) -> list[tuple[str, Path | None]]:
     """The models every held-out set evaluates: the untrained student, then each trained adapter."""
-    evals = [("base", None), ("sft", r.out / "sft" / "adapter")]
+    evals = [("base", None)] if r.eval_base else []
+    evals.append(("sft", r.out / "sft" / "adapter"))
     if r.rl_steps:
-        evals.append(("rl", r.out / "rl" / "adapter"))
+        evals += [(name, r.out / name / "adapter") for name, _ in rl_runs(r)]
     return evals
+
+
+def rl_runs(r: Recipe) -> list[tuple[str, str | None]]:
+    """(stage name, reward spec or None for the task type's default) of every RL run."""
+    return [(f"rl-{a.label}", a.reward) for a in r.rl_arms] or [("rl", None)]
 
 
 def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
@@ -135,13 +165,14 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
                                            if r.sft_checkpoint_every != 5 else []),
                                          "--out", str(o / "sft")]),
     ]
-    if r.rl_steps:
-        plan.append(("rl", "research_agent.train.__main__", [
+    for name, reward in rl_runs(r) if r.rl_steps else []:
+        plan.append((name, "research_agent.train.__main__", [
             "--stage", "rl", "--model", r.model, "--init-adapter", str(o / "sft" / "adapter"), "--algorithm",
             "reinforce", "--group-size", "4", "--prompts-per-step", str(r.rl_prompts), "--steps", str(r.rl_steps),
             "--lr", str(r.rl_lr), "--kl-coef", "0", "--temperature", "1.0",
+            *(["--reward", reward] if reward else []),
             "--checkpoint-every", "4", "--keep-checkpoints", "12",
-            "--concurrency", str(r.concurrency), "--out", str(o / "rl"), *_agent_flags(r)]))
+            "--concurrency", str(r.concurrency), "--out", str(o / name), *_agent_flags(r)]))
     for ev in r.evals:
         suffix = f"-{ev.label}" if ev.label else ""
         limit = r.eval_limit if ev.limit is None else ev.limit

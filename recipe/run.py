@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from corpus.packages import FetchError
 from eval.benchmarks import load_benchmark
 
 from .artifacts import (
@@ -165,7 +166,7 @@ class Publisher:
 
 
 def run_stage(out: Path, name: str, module: str, argv: list[str]) -> None:
-    if name in ("sft", "rl") and (out / name / "checkpoints").exists():
+    if (name == "sft" or name == "rl" or name.startswith("rl-")) and (out / name / "checkpoints").exists():
         argv = [*argv, "--resume"]  # an interrupted training run continues from its last checkpoint
     shown = module.removesuffix(".__main__").replace("eval.cli", "eval")
     print(f"\n== {name}: python -m {shown} {' '.join(argv)}", file=sys.stderr, flush=True)
@@ -204,16 +205,43 @@ def _stage_with_artifacts(r: Recipe, name: str, module: str, argv: list[str], pu
     pub.publish("done")
 
 
+def benchmark_unavailable(argv: list[str], seen: dict[str, str]) -> str:
+    """Why an ``eval qa`` stage's benchmark cannot be had on this machine ("" if it can): its data
+    package is gone from the index, say.  ``seen`` caches the answer per benchmark."""
+    if argv[:1] != ["qa"] or "--bench" not in argv:
+        return ""
+    bench = argv[argv.index("--bench") + 1]
+    if bench not in seen:
+        try:
+            load_benchmark(bench, 1)
+            seen[bench] = ""
+        except FetchError as e:
+            seen[bench] = str(e)
+    return seen[bench]
+
+
 def run_recipe(r: Recipe, only: list[str] | None = None, publish_minutes: float = 20.0,
                stop_after: float | None = None) -> Path:
     r.out.mkdir(parents=True, exist_ok=True)
     timer = _stop_timer(stop_after) if stop_after else None
+    benches: dict[str, str] = {}
+    skipped: dict[str, str] = {}  # an eval's --out -> why it could not run
     try:
         for name, module, argv in stages(r):
             if only and name not in only:
                 continue
             if _marker(r.out, name).exists():
                 print(f"== {name}: done before, skipped", file=sys.stderr)
+                continue
+            # a benchmark whose data cannot be fetched here skips its evals and their comparison; the
+            # rest of the recipe goes on (the stages run when the data is there, e.g. on another machine)
+            why = benchmark_unavailable(argv, benches)
+            if why:
+                skipped[argv[argv.index("--out") + 1]] = why
+            elif any(a in skipped for a in argv):
+                why = "an eval it compares could not run"
+            if why:
+                print(f"== {name}: skipped, its benchmark cannot be had here: {why}", file=sys.stderr)
                 continue
             if r.artifacts is None:
                 run_stage(r.out, name, module, argv)

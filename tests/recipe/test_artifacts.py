@@ -259,6 +259,26 @@ def test_the_qwen_preset_chains_rejection_sampling_into_sft_and_evaluates_every_
     assert args.require_citations and args.per_kind == 40 and len(args.trajectories) == 2
 
 
+def test_the_reward_ablation_runs_three_arms_from_one_sft_start_and_evaluates_each_against_it(tmp_path):
+    from recipe import reward_ablation_smollm2, stages
+    from research_agent.train.config import load_config
+    from rewards import get_reward
+
+    r = reward_ablation_smollm2(tmp_path / "out", tmp_path / "art")
+    plan = {n: a for n, _, a in stages(r)}
+    arms = [n for n in plan if n.startswith("rl-")]
+    assert arms == ["rl-f1", "rl-carr", "rl-otc"]
+    for n in arms:
+        a = plan[n]
+        assert a[a.index("--init-adapter") + 1] == str(r.out / "sft" / "adapter") and a[a.index("--steps") + 1] == "30"
+        assert a[a.index("--out") + 1] == str(r.out / n)
+        get_reward(a[a.index("--reward") + 1])  # a spec the trainer accepts
+        load_config(a)  # and flags it parses
+    assert [n for n in plan if n.startswith("eval-")] == [f"eval-{m}-factbook" for m in ("sft", "rl-f1", "rl-carr", "rl-otc")]
+    assert plan["compare-factbook"][1] == str(r.out / "eval-sft-factbook")  # every arm paired with the SFT start
+    assert "ship" not in plan and r.artifacts == tmp_path / "art"
+
+
 def test_shipped_agent_by_name_brings_its_model_adapter_and_budgets(tmp_path, monkeypatch):
     import argparse
 

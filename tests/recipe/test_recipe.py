@@ -120,3 +120,29 @@ def test_quick_recipe_runs_end_to_end(tmp_path):
     for stage in ("demonstrations", "sft-export", "sft", "rl", "eval-base", "eval-sft", "eval-rl", "compare"):
         assert (tmp_path / "r" / f".done-{stage}").exists()
     assert (tmp_path / "r" / "compare" / "paired.md").exists()
+
+
+def test_an_eval_whose_benchmark_cannot_be_fetched_is_skipped_and_the_recipe_goes_on(
+        tmp_path, stage_module, monkeypatch, capsys):
+    """bigbench 1.0.0 (SQuAD, StrategyQA) left the package index: its evals and their comparison are
+    skipped with the fetch error, every other stage runs, and nothing is marked done for them."""
+    import recipe.run as run
+    from corpus.packages import FetchError
+
+    def load(bench, limit=None, seed=0):
+        if bench == "gone":
+            raise FetchError("could not download package bigbench==1.0.0")
+        return [{"id": "q1", "question": "?", "answers": ["a"]}], None
+
+    monkeypatch.setattr(run, "load_benchmark", load)
+    out = tmp_path / "r"
+    plan = [("eval-base-squad", "fake_stage_cli", ["qa", "--bench", "gone", "--out", str(out / "e1")]),
+            ("compare-squad", "fake_stage_cli", ["compare", str(out / "e1"), "--out", str(out / "c1")]),
+            ("eval-base-factbook", "fake_stage_cli", ["qa", "--bench", "here", "--out", str(out / "e2")]),
+            ("compare-factbook", "fake_stage_cli", ["compare", str(out / "e2"), "--out", str(out / "c2")])]
+    monkeypatch.setattr(run, "stages", lambda r: plan)
+    run_recipe(Recipe(out=out))
+    assert [c[0] for c in stage_module.CALLS] == ["qa", "compare"] and "here" in stage_module.CALLS[0]
+    err = capsys.readouterr().err
+    assert "eval-base-squad: skipped" in err and "bigbench==1.0.0" in err and "compare-squad: skipped" in err
+    assert not (out / ".done-eval-base-squad").exists() and (out / ".done-compare-factbook").exists()
