@@ -77,9 +77,13 @@ def _trajectories(args) -> int:
     except (ConfigError, DeviceError) as e:  # before a model or a corpus is loaded
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.adapter and (args.policy != "model" or args.endpoint):
+        print("error: --adapter goes on a local --policy model (an endpoint serves its own adapters)", file=sys.stderr)
+        return 2
     with output_lock(args.out):  # fail fast, before a model or a corpus is loaded
         pass
-    items = [it for it in read_jsonl(args.qa, split=args.split or None) if not ill_posed(it)]
+    items = [it for it in read_jsonl(args.qa, split=args.split or None)
+             if not ill_posed(it) and int(it.get("hops") or 1) >= args.min_hops]
     if args.limit is not None:
         items = seeded_subset(items, args.limit, args.seed)
     from corpus import open_browser
@@ -97,7 +101,8 @@ def _trajectories(args) -> int:
         names = {d.id: d.meta.get("country") or d.title for d in docs if d.id in wanted}
         policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir(args.model)), items, names=names)
     else:
-        policy = load_policy(args.model, endpoint=args.endpoint, device=args.device, dtype=args.dtype)
+        policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, device=args.device,
+                             dtype=args.dtype)
     stats = synthesize_trajectories(items, policy, browser, args.out, samples=args.samples, config=cfg,
                                     concurrency=args.concurrency)
     if args.memory:
@@ -152,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="directory of JSONL shards")
     t.add_argument("--model", default="qwen2.5-coder-0.5b")
     t.add_argument("--endpoint", default=None, help="OpenAI-compatible server for the teacher")
+    t.add_argument("--adapter", default=None,
+                   help="a LoRA adapter on --model: a trained student sampling its own runs (a later round of "
+                        "rejection sampling)")
     t.add_argument("--policy", choices=["model", "reference"], default="model",
                    help="model: a teacher model; reference: gold-path demonstrations over real tool results "
                         "(--model then only names the tokenizer)")
@@ -164,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a seeded random subset of N questions (same seed: smaller subsets are prefixes)")
     t.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
     t.add_argument("--samples", type=int, default=1, help="trajectories per question")
+    t.add_argument("--min-hops", type=int, default=1,
+                   help="only questions of at least N hops (e.g. 2: the two-hop questions)")
     from research_agent.agent import AgentConfig
     from research_agent.configs import add_config_flags
 

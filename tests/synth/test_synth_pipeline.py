@@ -181,3 +181,29 @@ def test_the_european_union_is_never_the_country_that_borders_both(small_browser
     assert eu.id not in s.countries
     items = s.multi_hop()
     assert items and not any(eu.id in i.supporting_docs or "European Union" in i.answers for i in items)
+
+
+def test_a_trained_student_samples_its_own_two_hop_runs(tmp_path, small_corpus_dir, smol):
+    """Round two of rejection sampling: the student with its adapter answers only the questions of at
+    least --min-hops hops; the trajectories name the adapter that made them."""
+    from synth.__main__ import main as synth_main
+    from synth.trajectories import load_trajectories
+    from tests.loras import random_lora
+
+    model, _ = smol
+    adapter = random_lora(model, tmp_path / "lora", seed=5, std=0.01)
+    qa = tmp_path / "qa.jsonl"
+    rows = [{"id": "one", "question": "What is the capital of France?", "answers": ["Paris"], "hops": 1},
+            {"id": "two", "question": "Which country borders both France and Italy?", "answers": ["Switzerland"],
+             "hops": 2, "supporting_docs": ["factbook/sz", "factbook/fr", "factbook/it"]},
+            {"id": "eu", "question": "Which country borders both Albania and Moldova?", "answers": ["European Union"],
+             "hops": 2, "supporting_docs": ["factbook/ee", "factbook/al", "factbook/md"]}]
+    qa.write_text("".join(json.dumps({**r, "split": "train"}) + "\n" for r in rows))
+    argv = ["trajectories", "--qa", str(qa), "--model", "smollm2-135m", "--adapter", str(adapter), "--min-hops", "2",
+            "--corpus", str(small_corpus_dir), "--samples", "2", "--max-turns", "2", "--max-new-tokens", "8",
+            "--temperature", "0.7", "--out", str(tmp_path / "out")]
+    assert synth_main(argv) == 0
+    trajs = load_trajectories(tmp_path / "out")
+    assert sorted(t.id for t in trajs) == ["two", "two"]  # one-hop and ill-posed questions left out
+    assert all(t.meta["model"] == f"smollm2-135m+{adapter}" for t in trajs)
+    assert synth_main([*argv[:-1], str(tmp_path / "ref"), "--policy", "reference"]) == 2  # no adapter on a script
