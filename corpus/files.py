@@ -7,6 +7,7 @@ it, and it imports nothing of the project, so none of them has to import another
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -73,6 +74,20 @@ def read_jsonl(path: str | Path, *, required: tuple[str, ...] = (), split: str |
     if bad:
         print(f"{path}: {bad} broken lines skipped", file=sys.stderr)
     return out
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of a file, or of a directory's files (relative names and contents, dotfiles left out)."""
+    h = hashlib.sha256()
+    if path.is_file():
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    files = (q for q in path.rglob("*") if q.is_file() and not any(x.startswith(".") for x in q.relative_to(path).parts))
+    for p in sorted(files):
+        h.update(str(p.relative_to(path)).encode() + b"\0" + content_hash(p).encode() + b"\0")
+    return h.hexdigest()
 
 
 def seeded_subset(items: list, limit: int | None, seed: int = 0) -> list:

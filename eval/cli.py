@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from corpus.files import content_hash
 from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
 from eval.rundir import RunDirError
 from research_agent.configs import ConfigError, add_config_flags, config_from_args
@@ -188,6 +189,8 @@ def cmd_qa(args: argparse.Namespace) -> int:
     policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, device=args.device,
                          dtype=args.dtype, quantize=args.quantize)
     info = {**_run_info(args), "model": args.model, "adapter": args.adapter, "endpoint": args.endpoint}
+    if args.adapter and Path(args.adapter).is_dir():  # what the adapter is, wherever it lies
+        info["adapter_sha256"] = content_hash(Path(args.adapter))
     memory = open_memory(args, items)
     if memory is not None:
         info.update(memory=str(memory.path.resolve()), memory_k=args.memory_k)

@@ -140,6 +140,15 @@ def index_manifest(browser: Any) -> dict[str, Any]:
     return {"backend": type(browser).__name__}
 
 
+def _same_adapter(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """An adapter is the same when its files are, wherever it lies (a run restored into another
+    directory, as a recipe stage resumed in a later session, names it by another path); a run that
+    recorded no hash of its adapter is known by the path alone."""
+    if old.get("adapter_sha256") and new.get("adapter_sha256"):
+        return old["adapter_sha256"] == new["adapter_sha256"]
+    return old.get("adapter") == new.get("adapter")
+
+
 def _start_run(out_dir: Path, run: dict[str, Any]) -> None:
     """Write run.json; on resume first check that the directory holds the same experiment.
 
@@ -150,7 +159,7 @@ def _start_run(out_dir: Path, run: dict[str, Any]) -> None:
     if path.exists():
         old = read_json(path, "")
         check_schema(old, path)
-        diff = [k for k in IDENTITY_KEYS if old.get(k) != run.get(k)]
+        diff = [k for k in IDENTITY_KEYS if (not _same_adapter(old, run) if k == "adapter" else old.get(k) != run.get(k))]
         if diff:
             details = "; ".join(f"{k}: {old.get(k)!r} → {run.get(k)!r}" for k in diff)
             raise RunDirError(

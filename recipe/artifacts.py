@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corpus.files import atomic_write_text
+from corpus.files import atomic_write_text, content_hash
 
 COMPRESS_OVER = 256 * 1024
 MAX_FILE_BYTES = 60 * 1024 * 1024  # the optimizer state a stage needs to resume (the largest file allowed)
@@ -57,19 +57,6 @@ def code_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return head + ("+dirty" if head and dirty else "")
-
-
-def content_hash(path: Path) -> str:
-    """sha256 of a file, or of a directory's files (relative names and contents, dotfiles left out)."""
-    h = hashlib.sha256()
-    if path.is_file():
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()
-    for p in sorted(q for q in path.rglob("*") if q.is_file() and not _hidden(q.relative_to(path))):
-        h.update(str(p.relative_to(path)).encode() + b"\0" + content_hash(p).encode() + b"\0")
-    return h.hexdigest()
 
 
 def _hidden(rel: Path) -> bool:

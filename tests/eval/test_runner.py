@@ -76,6 +76,20 @@ def test_resume_refuses_a_different_experiment(scripted, make_items, tmp_path):
         run(make_items(2), tmp_path / "r", run_info={"model": "other"})
 
 
+def test_a_resume_knows_an_adapter_by_its_files_not_its_path(scripted, make_items, tmp_path):
+    """A run restored into another directory names its adapter by another path; the same files are the
+    same adapter, other files are another experiment."""
+    items = make_items(4)
+    run(items[:2], tmp_path / "r", run_info={"model": "m", "adapter": "runs/a/sft/adapter", "adapter_sha256": "h1"})
+    done = run(items, tmp_path / "r", run_info={"model": "m", "adapter": "/elsewhere/sft/adapter", "adapter_sha256": "h1"})
+    assert scripted.calls[-1] == ["q2", "q3"] and done["adapter"] == "/elsewhere/sft/adapter"
+    with pytest.raises(RunDirError, match="different run.*adapter"):
+        run(items, tmp_path / "r", run_info={"model": "m", "adapter": "/elsewhere/sft/adapter", "adapter_sha256": "h2"})
+    with pytest.raises(RunDirError, match="different run.*adapter"):  # no hash recorded: the path must match
+        run(items, tmp_path / "r2", run_info={"model": "m", "adapter": "a"})
+        run(items, tmp_path / "r2", run_info={"model": "m", "adapter": "b"})
+
+
 def test_corrupt_middle_line_stops_instead_of_lying(scripted, make_items, tmp_path):
     run(make_items(3), tmp_path / "r")
     path = tmp_path / "r" / "trajectories.jsonl"
