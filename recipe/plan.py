@@ -29,6 +29,22 @@ class RLArm:
     reward: str  # a name from rewards.REWARDS or a weighted spec "f1_penalty:1.0,carr:0.3"
 
 
+@dataclass(frozen=True)
+class Round:
+    """A later round of rejection sampling (expert iteration): a trained model samples its own runs on
+    train questions, the right and cited ones are its SFT data, and SFT continues from that model.
+    Its stages are ``samples-<label>``, ``sft-export-<label>`` and ``sft-<label>``."""
+
+    label: str
+    start: str  # the model it samples with and continues from: "sft", "rl", or an earlier round's "sft-<label>"
+    questions: int  # train questions sampled
+    samples: int = 2
+    temperature: float = 0.7
+    min_hops: int = 1  # 2: only the two-hop questions
+    per_kind: int | None = None
+    lr: float = 1e-4
+
+
 @dataclass
 class Recipe:
     out: Path
@@ -63,6 +79,8 @@ class Recipe:
     # task type's default reward
     rl_arms: tuple[RLArm, ...] = ()
     eval_base: bool = True  # evaluate the untrained model too (an ablation compares arms with the SFT start)
+    rounds: tuple[Round, ...] = ()  # later rounds of rejection sampling, after RL
+    ship_model: str | None = None  # the evaluated model to ship (e.g. "sft"); None: the last one
     name: str = ""  # the shipped agent's name (`ask --agent NAME`); "" ships nothing
     artifacts: Path | None = None
 
@@ -111,10 +129,10 @@ def _eval_sets(r: Recipe) -> list[str]:
             "--set", f"max_new_tokens={r.max_new_tokens}", "--set", f"max_total_tokens={r.max_total_tokens}"]
 
 
-def _synth_flags(r: Recipe) -> list[str]:
+def _synth_flags(r: Recipe, sampling: bool = False) -> list[str]:
     flags = ["--concurrency", str(r.concurrency), "--retriever", r.retriever,
              "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls)]
-    if r.self_samples:  # the student's own runs must be sampled under the budgets it is evaluated with
+    if r.self_samples or sampling:  # the student's own runs must be sampled under the budgets it is evaluated with
         flags += ["--max-new-tokens", str(r.max_new_tokens)]
     return [*flags, "--set", f"max_total_tokens={r.max_total_tokens}"]
 
@@ -125,6 +143,7 @@ def models(r: Recipe) -> list[tuple[str, Path | None]]:
     evals.append(("sft", r.out / "sft" / "adapter"))
     if r.rl_steps:
         evals += [(name, r.out / name / "adapter") for name, _ in rl_runs(r)]
+    evals += [(f"sft-{k.label}", r.out / f"sft-{k.label}" / "adapter") for k in r.rounds]
     return evals
 
 
@@ -173,6 +192,23 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
             *(["--reward", reward] if reward else []),
             "--checkpoint-every", "4", "--keep-checkpoints", "12",
             "--concurrency", str(r.concurrency), "--out", str(o / name), *_agent_flags(r)]))
+    for k in r.rounds:
+        start = str(o / k.start / "adapter")
+        plan += [
+            (f"samples-{k.label}", "synth.__main__", [
+                "trajectories", "--qa", qa, "--policy", "model", "--model", r.model, "--adapter", start,
+                "--split", "train", "--min-hops", str(k.min_hops), "--limit", str(k.questions),
+                "--samples", str(k.samples), "--temperature", str(k.temperature),
+                "--out", str(o / f"samples-{k.label}"), *_synth_flags(r, sampling=True)]),
+            (f"sft-export-{k.label}", "synth.__main__", [
+                "sft-export", "--trajectories", str(o / f"samples-{k.label}"), "--out", str(o / f"sft-{k.label}.jsonl"),
+                "--min-f1", "0.8", "--tokenizer", r.model, "--require-citations",
+                *(["--per-kind", str(k.per_kind)] if k.per_kind is not None else [])]),
+            (f"sft-{k.label}", "research_agent.train.__main__", [
+                "--stage", "sft", "--model", r.model, "--init-adapter", start, "--tasks", str(o / f"sft-{k.label}.jsonl"),
+                "--lr", str(k.lr), "--epochs", "1", "--micro-batch", "4", "--max-total-tokens", str(r.max_total_tokens),
+                "--checkpoint-every", "2", "--out", str(o / f"sft-{k.label}")]),
+        ]
     for ev in r.evals:
         suffix = f"-{ev.label}" if ev.label else ""
         limit = r.eval_limit if ev.limit is None else ev.limit
@@ -188,7 +224,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
         plan.append((f"compare{suffix}", "eval.cli", ["compare", *(str(o / f"eval-{n}{suffix}") for n, _ in models(r)),
                                                      "--out", str(o / f"compare{suffix}"), *mixed]))
     if r.name and r.artifacts is not None:
-        final = models(r)[-1][1]
+        final = dict(models(r))[r.ship_model] if r.ship_model else models(r)[-1][1]
         plan.append(("ship", "recipe.ship", [
             "--adapter", str(final), "--model", r.model, "--name", r.name, "--out", str(r.artifacts),
             "--retriever", r.retriever, "--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",

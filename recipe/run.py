@@ -166,7 +166,7 @@ class Publisher:
 
 
 def run_stage(out: Path, name: str, module: str, argv: list[str]) -> None:
-    if (name == "sft" or name == "rl" or name.startswith("rl-")) and (out / name / "checkpoints").exists():
+    if (name in ("sft", "rl") or name.startswith(("rl-", "sft-"))) and (out / name / "checkpoints").exists():
         argv = [*argv, "--resume"]  # an interrupted training run continues from its last checkpoint
     shown = module.removesuffix(".__main__").replace("eval.cli", "eval")
     print(f"\n== {name}: python -m {shown} {' '.join(argv)}", file=sys.stderr, flush=True)

@@ -279,6 +279,28 @@ def test_the_reward_ablation_runs_three_arms_from_one_sft_start_and_evaluates_ea
     assert "ship" not in plan and r.artifacts == tmp_path / "art"
 
 
+def test_a_later_round_samples_the_trained_model_and_continues_sft_from_it(tmp_path):
+    from recipe import Recipe, stages
+    from recipe.plan import Round
+    from research_agent.train.config import load_config
+    from synth.__main__ import build_parser
+
+    r = Recipe(out=tmp_path, model="qwen2.5-coder-0.5b", rounds=(Round("r1", "rl", questions=192, min_hops=2),),
+               ship_model="sft-r1", name="agent", artifacts=tmp_path / "art")
+    plan = {n: a for n, _, a in stages(r)}
+    names = list(plan)
+    assert names.index("rl") < names.index("samples-r1") < names.index("sft-export-r1") < names.index("sft-r1")
+    args = build_parser().parse_args(plan["samples-r1"])
+    assert args.adapter == str(tmp_path / "rl" / "adapter") and args.min_hops == 2 and args.limit == 192
+    assert args.samples == 2 and args.policy == "model" and str(args.max_new_tokens) == str(r.max_new_tokens)
+    export = build_parser().parse_args(plan["sft-export-r1"])
+    assert export.trajectories == [str(tmp_path / "samples-r1")] and export.require_citations
+    cfg, _ = load_config(plan["sft-r1"])
+    assert cfg.init_adapter == str(tmp_path / "rl" / "adapter") and cfg.tasks == str(tmp_path / "sft-r1.jsonl")
+    assert "eval-sft-r1" in plan and plan["eval-sft-r1"][-1] == str(tmp_path / "sft-r1" / "adapter")
+    assert plan["ship"][plan["ship"].index("--adapter") + 1] == str(tmp_path / "sft-r1" / "adapter")
+
+
 def test_shipped_agent_by_name_brings_its_model_adapter_and_budgets(tmp_path, monkeypatch):
     import argparse
 
