@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from corpus.files import atomic_write_text
+from corpus.packages import FetchError
+from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, load_benchmark
 from eval.metrics import FUNNEL_STAGES
 from eval.paired import paired_stats, paired_table, run_scores
 from eval.rundir import RunDirError, load_results
@@ -151,6 +153,21 @@ def code_lines(labels: list[str], codes: list[dict[str, int]]) -> str:
     return "\n".join(lines)
 
 
+def asked_questions(results: dict[str, Any]) -> set[str] | None:
+    """The ids a run asked: recorded in its results, else what its benchmark selects today (a run
+    made before the ids were recorded); None (every answer in the directory) if neither is known."""
+    if results.get("question_ids") is not None:
+        return set(results["question_ids"])
+    bench = results.get("bench")
+    if not bench:
+        return None
+    try:
+        items, _ = load_benchmark(bench, results.get("limit"), results.get("seed") or 0, path=results.get("bench_file"))
+    except (FetchError, UnknownBenchmark, BenchmarkFormatError, OSError, ValueError):
+        return None  # a benchmark that cannot be loaded here: pair every answer, as before
+    return {str(it["id"]) for it in items} if len(items) == results.get("n_items") else None
+
+
 def compare_runs(run_dirs: list[str | Path], out_dir: str | Path, *, allow_mixed_code: bool = False) -> str:
     """Load each run's results, write ``table.md``, ``metrics.png``, ``funnel.png`` and (two runs or
     more) ``paired.md``, each later run against the first question by question; return the tables.
@@ -171,7 +188,9 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path, *, allow_mixed
             "their numbers are not directly comparable",
             file=sys.stderr,
         )
-    codes = [answer_code(TrajectoryStore(d).load()) for d in dirs]
+    asked = [asked_questions(r) for r in results]
+    codes = [answer_code([t for t in TrajectoryStore(d).load() if a is None or t.id in a])
+             for d, a in zip(dirs, asked, strict=True)]
     mixed = [(label, c) for label, c in zip(labels, codes, strict=True) if len(c) > 1]
     if mixed and not allow_mixed_code:
         label, c = mixed[0]
@@ -191,8 +210,8 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path, *, allow_mixed
     plot_metrics(labels, metrics, out / "metrics.png")
     plot_funnel(labels, metrics, out / "funnel.png")
     if len(dirs) > 1:  # every later run paired against the first, question by question
-        base = run_scores(dirs[0])
-        stats = [paired_stats(base, run_scores(d)) for d in dirs[1:]]
+        base = run_scores(dirs[0], asked[0])
+        stats = [paired_stats(base, run_scores(d, a)) for d, a in zip(dirs[1:], asked[1:], strict=True)]
         paired = paired_table(labels[1:], stats, labels[0])
         if mixed:
             paired += "\n\n" + "\n".join(f"**{label}'s answers come from mixed code**: its pairs are not one "

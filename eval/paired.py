@@ -47,9 +47,9 @@ def paired_stats(base: dict[str, dict[str, float]], other: dict[str, dict[str, f
     return out
 
 
-def run_scores(run_dir: str | Path) -> dict[str, dict[str, float]]:
-    """Question id → per-question scores of an eval run directory."""
-    return {t.id: score_trajectory(t) for t in TrajectoryStore(run_dir).load()}
+def run_scores(run_dir: str | Path, asked: set[str] | None = None) -> dict[str, dict[str, float]]:
+    """Question id → per-question scores of an eval run directory (only the ``asked`` ids, if given)."""
+    return {t.id: score_trajectory(t) for t in TrajectoryStore(run_dir).load() if asked is None or t.id in asked}
 
 
 def paired_table(labels: list[str], stats: list[dict[str, Any]], base_label: str) -> str:

@@ -250,6 +250,9 @@ def evaluate(
             **run,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "n_items": len(items),
+            # the questions asked: a run directory may also hold answers to questions a benchmark no
+            # longer asks (left out as ill-posed), which comparisons must not pair
+            "question_ids": [str(it["id"]) for it in items],
             "n_resumed": len(items) - len(todo),
             "code": code,
             "answer_code": answer_code(trajs),

@@ -186,3 +186,19 @@ def test_a_run_resumed_on_other_code_records_it_and_compare_refuses(make_run, sc
     assert "- rl: **mixed code**: 2 by aaaaaaaaaa, 2 by bbbbbbbbbb" in table
     assert "rl's answers come from mixed code" in (tmp_path / "cmp" / "paired.md").read_text()
     assert f"- base: 4 by {base_code}" in table  # one version: not flagged
+
+
+def test_compare_pairs_only_the_questions_each_run_asked(scripted, make_items, tmp_path):
+    """A run directory keeps answers to questions its benchmark no longer asks (left out as ill-posed);
+    the paired table and the code check count only the questions in its results."""
+    items = make_items(6)
+    for name, wrong in (("base", {"q0", "q1", "q5"}), ("trained", {"q5"})):
+        scripted.wrong = wrong
+        evaluate(items, object(), object(), {}, tmp_path / name, bench="toy", run_info={"model": name},
+                 progress=False)
+        # the benchmark drops q5 (the trained run got it wrong too): resume over the five still asked
+        evaluate(items[:5], object(), object(), {}, tmp_path / name, bench="toy", run_info={"model": name},
+                 progress=False)
+    compare_runs([tmp_path / "base", tmp_path / "trained"], tmp_path / "cmp")
+    paired = (tmp_path / "cmp" / "paired.md").read_text()
+    assert "| trained | 5 | 2 | 0 |" in paired
