@@ -59,7 +59,8 @@ def fetch_package(
         cmd += ["--no-binary", ":all:"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        tail = [ln for ln in lines if not ln.startswith("WARNING:")][-2:] or lines[-2:]
         raise FetchError(
             f"could not download package {name}=={version}: {' | '.join(tail)}. "
             f"Try `pip download --no-deps {name}=={version}` by hand and check the network."

@@ -139,10 +139,15 @@ def test_an_eval_whose_benchmark_cannot_be_fetched_is_skipped_and_the_recipe_goe
     plan = [("eval-base-squad", "fake_stage_cli", ["qa", "--bench", "gone", "--out", str(out / "e1")]),
             ("compare-squad", "fake_stage_cli", ["compare", str(out / "e1"), "--out", str(out / "c1")]),
             ("eval-base-factbook", "fake_stage_cli", ["qa", "--bench", "here", "--out", str(out / "e2")]),
-            ("compare-factbook", "fake_stage_cli", ["compare", str(out / "e2"), "--out", str(out / "c2")])]
+            ("compare-factbook", "fake_stage_cli", ["compare", str(out / "e2"), "--out", str(out / "c2")]),
+            ("ship", "recipe.ship", ["--out", str(out / "agent"), str(out / "e1"), str(out / "e2")])]
+    import recipe.ship
+
+    monkeypatch.setattr(recipe.ship, "main", lambda argv: stage_module.CALLS.append(["ship", *argv]) or 0)
     monkeypatch.setattr(run, "stages", lambda r: plan)
     run_recipe(Recipe(out=out))
-    assert [c[0] for c in stage_module.CALLS] == ["qa", "compare"] and "here" in stage_module.CALLS[0]
+    assert [c[0] for c in stage_module.CALLS] == ["qa", "compare", "ship"] and "here" in stage_module.CALLS[0]
+    assert stage_module.CALLS[-1] == ["ship", "--out", str(out / "agent"), str(out / "e2")]  # the evals that ran
     err = capsys.readouterr().err
     assert "eval-base-squad: skipped" in err and "bigbench==1.0.0" in err and "compare-squad: skipped" in err
     assert not (out / ".done-eval-base-squad").exists() and (out / ".done-compare-factbook").exists()
