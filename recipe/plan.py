@@ -96,6 +96,8 @@ def research_qwen_v1(out: Path, artifacts: Path | None = None) -> Recipe:
     return Recipe(out=out, model="qwen2.5-coder-0.5b", demos=None, self_samples=32, samples=2,
                   per_kind=40, require_citations=True, sft_lr=2e-4, sft_epochs=1, sft_checkpoint_every=2,
                   rl_steps=32, rl_lr=5e-5,
+                  # round 2 aims at two-hop questions: the RL model samples its own runs on 192 of them
+                  rounds=(Round("r1", "rl", questions=192, samples=2, min_hops=2),), ship_model="rl",
                   evals=(EvalSet("factbook", "factbook-test", 200), EvalSet("two-hop", "factbook-two-hop", 0),
                          EvalSet("squad", "squad-open", 200), EvalSet("strategyqa", "strategyqa", 100)),
                   name="research-qwen-v1", artifacts=artifacts or artifacts_root() / "research-qwen-v1")
