@@ -214,7 +214,7 @@ def run_ours(args) -> dict:
 
     import torch
 
-    from research_agent.policy import LocalPolicy
+    from research_agent.inference.policy import LocalPolicy
     from research_agent.tasks import ResearchTasks
     from research_agent.train.algorithms import group_advantages
     from research_agent.train.config import TrainConfig
@@ -277,7 +277,7 @@ def run_trl(args) -> dict:
     from research_agent import prompts
     from research_agent.actions import Action, parse_action
     from research_agent.agent import ResearchEnvironment
-    from research_agent.models import load_model
+    from research_agent.inference.models import load_model
     from research_agent.trajectory import Step
     from rewards.qa import f1_with_action_penalty
 

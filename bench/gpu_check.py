@@ -100,9 +100,9 @@ def bare_generate_reference(model: str, adapter: Path, questions: list[dict], n_
     import torch
 
     from research_agent import prompts
-    from research_agent.adapters import load_adapter
+    from research_agent.inference.adapters import load_adapter
+    from research_agent.inference.models import load_model
     from research_agent.loop import chat_prompt_ids
-    from research_agent.models import load_model
 
     net, tok = load_model(model, device=device, dtype=dtype, progress=False)
     net = load_adapter(net, str(adapter))

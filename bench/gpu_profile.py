@@ -37,9 +37,9 @@ def main() -> None:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from research_agent.kv_cache import cache_kwargs, returned_cache
-    from research_agent.models import load_model
-    from research_agent.policy import LocalPolicy
+    from research_agent.inference.kv_cache import cache_kwargs, returned_cache
+    from research_agent.inference.models import load_model
+    from research_agent.inference.policy import LocalPolicy
 
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)

@@ -145,14 +145,14 @@ def row(name: str, tokens: int, secs: float, extra: str = "") -> str:
 
 def decode_figures(args, model, tok, local):
     """Section 5: one row decoding alone, against the floor of streaming every weight once per token."""
-    from research_agent.policy import LocalPolicy
+    from research_agent.inference.policy import LocalPolicy
 
     if args.skip_decode:
         return None
     count = tok.encode("Count from one to one hundred: one, two, three, four,")
     int8 = None
     if not args.skip_int8:
-        from research_agent.fast_linear import int8_available
+        from research_agent.inference.fast_linear import int8_available
 
         if int8_available():
             int8 = LocalPolicy(model, tok, name=args.model, quantize="int8")
@@ -200,8 +200,8 @@ def decode_figures(args, model, tok, local):
 def worker_decode_figures(args, model, tok) -> dict[str, list[float]] | None:
     """Section 5b: one int8 row decoding in ``BatchingPolicy``'s worker, after the main thread has run
     torch work (as every caller has: it loaded the model), OpenMP pools released vs kept."""
-    from research_agent.fast_linear import int8_available
-    from research_agent.policy import BatchingPolicy, LocalPolicy
+    from research_agent.inference.fast_linear import int8_available
+    from research_agent.inference.policy import BatchingPolicy, LocalPolicy
 
     if args.skip_decode or args.skip_pools or not int8_available():
         return None
@@ -322,8 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from research_agent.agent import AgentConfig, ResearchAgent, run_batch
-    from research_agent.models import load_model
-    from research_agent.policy import BatchingPolicy, LocalPolicy
+    from research_agent.inference.models import load_model
+    from research_agent.inference.policy import BatchingPolicy, LocalPolicy
 
     if args.threads:
         torch.set_num_threads(args.threads)

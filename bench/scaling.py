@@ -11,7 +11,7 @@ Factbook corpus holding the training questions' profiles. Each process gets one 
 - ``dp2``: ``accelerate launch --multi_gpu --num_processes 2`` (torchrun, gloo, CPU), 2 x ``--prompts``
   prompts per step, so each process has the reference's work: weak-scaling efficiency is
   ``single`` s/step / ``dp2`` s/step (goal >= 0.8);
-- ``server``: ``python -m research_agent.serve`` in its own process generates the rollouts in token
+- ``server``: ``python -m research_agent.inference.serve`` in its own process generates the rollouts in token
   space (``--rollout-endpoint``), the trainer publishes its adapter there after every step;
   ``--prompts`` prompts per step, beside ``single``: the ratio and where its time goes
   (rollout on the server, the update, publishing the adapter).
@@ -96,8 +96,8 @@ def mode_dp2(tmp: Path, tasks: Path, corpus: Path, args, tag: str) -> dict:
 
 def mode_server(tmp: Path, tasks: Path, corpus: Path, args, tag: str) -> dict:
     out = tmp / f"server-{tag}"
-    server = subprocess.Popen([sys.executable, "-m", "research_agent.serve", "--model", "smollm2-135m", "--port",
-                               "0", "--device", "cpu"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-m", "research_agent.inference.serve", "--model", "smollm2-135m",
+                               "--port", "0", "--device", "cpu"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
     try:
         line = server.stdout.readline()

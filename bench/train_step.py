@@ -80,7 +80,7 @@ def run_ours(args) -> dict:
 
     import torch
 
-    from research_agent.policy import LocalPolicy
+    from research_agent.inference.policy import LocalPolicy
     from research_agent.train.algorithms import group_advantages
     from research_agent.train.config import TrainConfig
     from research_agent.train.rl import policy_update, setup_lora
@@ -132,7 +132,7 @@ def run_trl(args) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from research_agent.models import load_model
+    from research_agent.inference.models import load_model
 
     torch.manual_seed(args.seed)
     model, tok = load_model(args.model, progress=False)

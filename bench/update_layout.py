@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                       kl_coef=args.kl, seed=args.seed, concurrency=args.prompts * args.group)
     torch.manual_seed(args.seed)
     model, tok = setup_lora(cfg, progress=False)
-    from research_agent.policy import LocalPolicy
+    from research_agent.inference.policy import LocalPolicy
 
     tasks = get_task_type(cfg.task_type)
     items = tasks.load_tasks(cfg)[: args.prompts]

@@ -19,9 +19,10 @@ documents/pages and 400 for everything else the caller got wrong; ``RemoteBrowse
 ``BrowserError`` subclass the in-process browser would have raised.  There is no authentication:
 bind to loopback (the default) or a trusted network only.
 
-``BoundedHTTPServer`` (also behind ``research_agent.serve``) keeps a slow, idle or greedy client from
-exhausting the server: a bounded worker pool, a listen backlog of 1024 (the stdlib's 5 reset 171 of
-200 simultaneous clients), a deadline for receiving each request and a body size limit (413).
+``BoundedHTTPServer`` (also behind ``research_agent.inference.serve``) keeps a slow, idle or greedy
+client from exhausting the server: a bounded worker pool, a listen backlog of 1024 (the stdlib's 5
+reset 171 of 200 simultaneous clients), a deadline for receiving each request and a body size limit
+(413).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class BadRequest(Exception):
     """A request the service cannot parse: 400 with a message saying which field is wrong."""
 
 
-# --- bounded HTTP server (shared with research_agent.serve) ------------------------------------
+# --- bounded HTTP server (shared with research_agent.inference.serve) ------------------------------------
 class RequestRefused(Exception):
     """The HTTP request itself is refused (body too large, not received in time): ``status`` says why."""
 

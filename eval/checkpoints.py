@@ -123,7 +123,7 @@ def check_checkpoints(
 ) -> dict[str, Any]:
     """Evaluate every checkpoint into ``out_dir/step-N`` (resumable), then judge and plot the trend."""
     if load_policy is None:
-        from research_agent.policy import load_policy
+        from research_agent.inference.policy import load_policy
     checkpoints = find_checkpoints(train_dir)
     rewards = reward_at_checkpoints(read_training_metrics(train_dir), [s for s, _ in checkpoints])
     monitor = monitor or RewardHackingMonitor(window=min(3, max(2, len(checkpoints))))

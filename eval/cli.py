@@ -24,7 +24,7 @@ from corpus.files import content_hash
 from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
 from eval.rundir import RunDirError
 from research_agent.configs import ConfigError, add_config_flags, config_from_args
-from research_agent.devices import DeviceError, add_device_flags, use_device
+from research_agent.inference.devices import DeviceError, add_device_flags, use_device
 
 
 def agent_config(args: argparse.Namespace, shipped: dict | None = None) -> Any:
@@ -171,8 +171,8 @@ def item_guidance(memory: Any, k: int) -> Callable[[dict], str]:
 def cmd_qa(args: argparse.Namespace) -> int:
     from eval.corpora import open_benchmark_corpus
     from eval.runner import evaluate
-    from research_agent.models import DEFAULT_MODEL
-    from research_agent.policy import load_policy
+    from research_agent.inference.models import DEFAULT_MODEL
+    from research_agent.inference.policy import load_policy
     from research_agent.shipped import UnknownAgent, apply_agent
 
     try:
@@ -244,7 +244,7 @@ def _training_model(train_dir: Path) -> str:
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     from eval.checkpoints import check_checkpoints
     from eval.corpora import open_benchmark_corpus
-    from research_agent.policy import load_policy
+    from research_agent.inference.policy import load_policy
 
     train_dir = Path(args.train_dir)
     items, spec = _load_items(args)

@@ -51,7 +51,7 @@ from research_agent.code.apidocs import api_docs_browser, api_docs_dir
 from research_agent.code.env import MODES
 from research_agent.code.sandbox import SandboxError, require_contained
 from research_agent.configs import ConfigError, add_config_flags, config_from_args
-from research_agent.devices import DeviceError, add_device_flags, use_device
+from research_agent.inference.devices import DeviceError, add_device_flags, use_device
 from research_agent.store import TrajectoryStore
 from research_agent.trajectory import Trajectory
 
@@ -692,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
                 [m.strip() for m in args.docs_modules.split(",") if m.strip()] if args.docs_modules else None
             )
             docs = api_docs_browser(args.docs, modules, retriever=args.retriever, progress=not args.quiet)
-        from research_agent.policy import load_policy
+        from research_agent.inference.policy import load_policy
 
         policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, progress=not args.quiet,
                              device=args.device, dtype=args.dtype, quantize=args.quantize)

@@ -14,7 +14,7 @@ import sys
 
 COMMANDS = {
     "ask": ("research_agent.ask", "ask a question: search, read, answer with checked citations"),
-    "serve": ("research_agent.serve", "a local model behind an OpenAI-compatible API on loopback"),
+    "serve": ("research_agent.inference.serve", "a local model behind an OpenAI-compatible API on loopback"),
     "train": ("research_agent.train.__main__", "LoRA SFT or RL (REINFORCE / GRPO / RLOO / GiGPO)"),
     "recipe": ("recipe.__main__", "demonstrations -> SFT -> RL -> held-out eval, resumable"),
     "eval": ("eval.cli", "evaluate on QA benchmarks (qa), code tasks (code), compare runs"),

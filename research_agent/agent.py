@@ -22,8 +22,8 @@ from . import prompts
 from .actions import Action, parse_action
 from .citations import check_citations
 from .context import managed_prompt, strip_notes, written_notes
+from .inference.policy import Generation
 from .loop import chat_prompt_ids, run_episode, run_episodes
-from .policy import Generation
 from .trajectory import Step, Trajectory
 
 

@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .agent import AgentConfig
 
     add_config_flags(p, AgentConfig, flags=ASK_FLAGS, defaults=ASK_DEFAULTS)
-    from .devices import add_device_flags
+    from .inference.devices import add_device_flags
 
     add_device_flags(p, quantize=True)
     p.add_argument("--record", default=None, help="live backend: record every response to this directory")
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     from corpus.browser import BrowserError
 
     from .agent import ResearchAgent
-    from .models import DEFAULT_MODEL
-    from .policy import PolicyError
+    from .inference.models import DEFAULT_MODEL
+    from .inference.policy import PolicyError
 
     if not args.question.strip():
         print("error: the question is empty", file=sys.stderr)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = agent_config(args, shipped)
         if not args.endpoint:  # a device that is not there fails before the corpus or the model is built
-            from .devices import use_device
+            from .inference.devices import use_device
 
             use_device(args.device, args.dtype)
         browser, policy = prepare(args, model, stages)
@@ -157,8 +157,8 @@ def prepare(args, model: str, stages: dict[str, str]):
     from corpus import default_corpus_dir
     from corpus.store import MANIFEST
 
-    from .models import ModelFetch, is_ready
-    from .policy import load_policy
+    from .inference.models import ModelFetch, is_ready
+    from .inference.policy import load_policy
 
     fetch = None if is_ready(model) else ModelFetch(model)
     first_corpus = (args.backend == "local" and not args.corpus and not args.retrieval_url

@@ -27,7 +27,7 @@ from langgraph.types import Command
 
 from corpus import openmp
 
-from .policy import BatchingPolicy, Generation
+from .inference.policy import BatchingPolicy, Generation
 from .trajectory import Step, Trajectory
 
 # Calls after the first that one turn may take to get past quoted ``` blocks (each re-reads the context).

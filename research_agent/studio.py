@@ -85,8 +85,8 @@ def _cached(kind: str, key: tuple, load) -> Any:
 
 
 def _policy(settings: Settings):
-    from research_agent.models import DEFAULT_MODEL
-    from research_agent.policy import load_policy
+    from research_agent.inference.models import DEFAULT_MODEL
+    from research_agent.inference.policy import load_policy
 
     model = settings.get("model") or DEFAULT_MODEL
     key = (model, settings.get("adapter"), settings.get("endpoint"))

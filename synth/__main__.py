@@ -64,8 +64,8 @@ def _trajectories(args) -> int:
     from corpus.files import seeded_subset
     from research_agent.agent import AgentConfig
     from research_agent.configs import ConfigError, config_from_args
-    from research_agent.devices import DeviceError, use_device
-    from research_agent.policy import load_policy
+    from research_agent.inference.devices import DeviceError, use_device
+    from research_agent.inference.policy import load_policy
 
     from .qa import read_jsonl
     from .trajectories import output_lock, synthesize_trajectories
@@ -92,7 +92,7 @@ def _trajectories(args) -> int:
     if args.policy == "reference":
         from transformers import AutoTokenizer
 
-        from research_agent.models import resolve_model_dir
+        from research_agent.inference.models import resolve_model_dir
 
         from .reference import ReferencePolicy
 
@@ -121,7 +121,7 @@ def _trajectories(args) -> int:
 def cmd_sft_export(args) -> int:
     from transformers import AutoTokenizer
 
-    from research_agent.models import resolve_model_dir
+    from research_agent.inference.models import resolve_model_dir
 
     from .trajectories import export_sft, filter_trajectories, load_trajectories
 
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     from research_agent.configs import add_config_flags
 
     add_config_flags(t, AgentConfig, flags=SYNTH_FLAGS, defaults=SYNTH_DEFAULTS)
-    from research_agent.devices import add_device_flags
+    from research_agent.inference.devices import add_device_flags
 
     add_device_flags(t)
     t.add_argument("--concurrency", type=int, default=8)

@@ -32,7 +32,7 @@ import re
 from collections.abc import Generator
 
 from research_agent.actions import parse_action
-from research_agent.policy import Generation
+from research_agent.inference.policy import Generation
 
 _QUESTION = re.compile(r"Question: (.+?)(?:<\|im_end\|>|<\|eot_id\|>|\n|$)")
 _HIT = re.compile(r"^\[([^\]\s]+#\d+)\][^\n]*", re.MULTILINE)

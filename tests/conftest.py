@@ -34,7 +34,7 @@ def small_browser(small_corpus_dir):
 @pytest.fixture(scope="session")
 def smol():
     """(model, tokenizer) of the fast model; fetched and converted once per machine."""
-    from research_agent.models import load_model
+    from research_agent.inference.models import load_model
 
     return load_model("smollm2-135m", progress=False)
 
@@ -59,11 +59,11 @@ def json_docs(json_docs_dir):
 
 @pytest.fixture(scope="module")
 def server(smol):
-    """``research_agent.serve`` over the fast model in a thread on loopback; its base URL."""
+    """``research_agent.inference.serve`` over the fast model in a thread on loopback; its base URL."""
     import threading
 
-    from research_agent.policy import LocalPolicy
-    from research_agent.serve import make_server
+    from research_agent.inference.policy import LocalPolicy
+    from research_agent.inference.serve import make_server
 
     model, tok = smol
     srv = make_server(LocalPolicy(model, tok, "smollm2-135m"), "smollm2-135m")

@@ -2,8 +2,8 @@
 
 import torch
 
-from research_agent.kv_cache import cache_kwargs, returned_cache
-from research_agent.prefix_cache import growing
+from research_agent.inference.kv_cache import cache_kwargs, returned_cache
+from research_agent.inference.prefix_cache import growing
 
 
 def prefill(model, rows: list[list[int]], pad: int):

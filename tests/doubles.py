@@ -8,7 +8,7 @@ are recorded, so a test can assert what the agent asked for.
 
 from __future__ import annotations
 
-from research_agent.policy import Generation
+from research_agent.inference.policy import Generation
 
 
 class ScriptedPolicy:

@@ -69,8 +69,8 @@ class CodeAgentConfig:
         default=True,
         metadata={
             "help": "end a turn once it ends in a loop (one block of tokens repeated 4+ times; "
-            "research_agent.policy.ends_in_loop): small models loop to the token limit, and the turn "
-            "is invalid either way"
+            "research_agent.inference.policy.ends_in_loop): small models loop to the token limit, and the "
+            "turn is invalid either way"
         },
     )
 

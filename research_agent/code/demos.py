@@ -47,7 +47,7 @@ from research_agent.code.agent import CodeAgent, CodeAgentConfig
 from research_agent.code.apidocs import accessor_class
 from research_agent.code.sanitize import parse
 from research_agent.code.tasks import CodeTask
-from research_agent.policy import Generation
+from research_agent.inference.policy import Generation
 from research_agent.trajectory import Trajectory
 
 # common import aliases → the name the API docs use

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     from .sft import train_sft
 
     cfg, args = load_config(argv)
-    from research_agent.devices import DeviceError, use_device
+    from research_agent.inference.devices import DeviceError, use_device
 
     from .tracking import TrackerError, check_tracker
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from research_agent.devices import model_device
-from research_agent.kv_cache import returned_cache
+from research_agent.inference.devices import model_device
+from research_agent.inference.kv_cache import returned_cache
 from research_agent.train.loss import pad_batch, token_logprobs
 
 PASS_COST = 32  # a pass's fixed cost in positions (measured: forward of 1 vs 64 vs 256 tokens, smollm2)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from corpus.files import atomic_write_text
-from research_agent.adapters import write_adapter
+from research_agent.inference.adapters import write_adapter
 
 
 class ResumeError(RuntimeError):

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from corpus.local import MODES as RETRIEVERS
 from research_agent.configs import ConfigError, add_flags, build, flag_values, load_file
-from research_agent.devices import DeviceError, check_device_spec, check_dtype_spec
+from research_agent.inference.devices import DeviceError, check_device_spec, check_dtype_spec
 
 from .curriculum import CURRICULA
 from .tracking import TRACKERS
@@ -137,7 +137,7 @@ class TrainConfig:
     seed: int = _f(0, "random seed (data order, sampling)")
     concurrency: int = _f(8, "trajectories generated concurrently through the batched policy")
     rollout_endpoint: str = _f("", "generate rollouts on this OpenAI-compatible server instead of in-process, in token "
-                               "space (python -m research_agent.serve, or vLLM with --enable-lora); the trainer "
+                               "space (research-agent serve, or vLLM with --enable-lora); the trainer "
                                "publishes its adapter there after every step (docs/scaling.md)")
     report_to: str = _f("none", "also log every metrics row to none, tensorboard (OUT/tensorboard), trackio or wandb "
                         "(offline mode); the library is an optional extra")

@@ -60,7 +60,7 @@ def init_distributed(device: str = "auto") -> Ranks:
         return Ranks(dist.get_rank(), dist.get_world_size())
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return Ranks()
-    from research_agent.devices import resolve_device
+    from research_agent.inference.devices import resolve_device
 
     cuda = resolve_device(device).type == "cuda"
     if cuda:

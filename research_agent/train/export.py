@@ -1,6 +1,6 @@
 """``python -m research_agent.train export``: an adapter chain as one plain peft LoRA, or a merged model.
 
-An RL adapter is a delta on a base that already holds its SFT adapter (``research_agent.adapters``),
+An RL adapter is a delta on a base that already holds its SFT adapter (``research_agent.inference.adapters``),
 so plain peft or vLLM loading its directory apply it to the raw base and silently serve another
 model.  A sum of LoRAs is itself a LoRA: ``W + Σ s_i B_i A_i = W + [s_1 B_1 | s_2 B_2 | …] [A_1; A_2; …]``.
 The export therefore concatenates the chain into one adapter of rank Σ r_i, each adapter's scaling
@@ -9,7 +9,7 @@ Every targeted module gets the same rank — zero blocks where an adapter did no
 vLLM reads neither ``rank_pattern`` nor ``alpha_pattern``.  What is not a sum of B·A (DoRA, trained
 biases, ``modules_to_save``, inits that rewrite the base …) is refused, never approximated.
 
-The named models are de-quantized Q4 GGUF files (``research_agent.models``), and their upstream hub
+The named models are de-quantized Q4 GGUF files (``research_agent.inference.models``), and their upstream hub
 ids are recorded nowhere else, hence ``UPSTREAM``: the card and ``base_model_name_or_path`` name the
 upstream model so hub users get the right base, and the card says the adapter was trained on the
 de-quantized weights (on the upstream weights it is close, not identical; ``--merged`` is exact).
@@ -27,10 +27,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from corpus.packages import FetchError
-from research_agent.adapters import AdapterError, adapter_chain, adapter_config, merge_adapters
-from research_agent.models import MODELS, ModelError, resolve_model_dir
+from research_agent.inference.adapters import AdapterError, adapter_chain, adapter_config, merge_adapters
+from research_agent.inference.models import MODELS, ModelError, resolve_model_dir
 
-UPSTREAM = {  # the hub models the GGUF files of research_agent.models were quantized from
+UPSTREAM = {  # the hub models the GGUF files of research_agent.inference.models were quantized from
     "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
     "qwen2.5-coder-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
     "qwen2.5-coder-1.5b": "Qwen/Qwen2.5-Coder-1.5B-Instruct",
@@ -144,7 +144,7 @@ def base_identity(recorded: str | None) -> str | None:
     p = Path(recorded)
     if recorded in MODELS:
         return recorded
-    if p.name == "hf" and p.parent.name in MODELS:  # cache_dir()/models/NAME/hf, see models.py
+    if p.name == "hf" and p.parent.name in MODELS:  # cache_dir()/models/NAME/hf, see inference/models.py
         return p.parent.name
     return recorded
 

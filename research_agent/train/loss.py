@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from research_agent.kv_cache import cache_kwargs
+from research_agent.inference.kv_cache import cache_kwargs
 
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int,

@@ -7,7 +7,7 @@ written under ``OUT/published/step-N`` and loaded there with vLLM's runtime LoRA
 (``POST /v1/load_lora_adapter``, then ``/v1/unload_lora_adapter`` for the one before); requests
 name the adapter as their ``model``, so the next rollouts sample from the policy just trained.
 
-``python -m research_agent.serve`` implements the same endpoints, so trainer and server run as two
+``python -m research_agent.inference.serve`` implements the same endpoints, so trainer and server run as two
 processes on one machine; on GPUs the server is vLLM (docs/scaling.md gives its command line). An
 adapter that sits on a merged SFT adapter is published as one plain LoRA on the base
 (``train.export``), which is what vLLM loads. A server that is down, or refuses an adapter, is
@@ -21,8 +21,8 @@ import shutil
 import time
 from pathlib import Path
 
-from research_agent.adapters import save_adapter
-from research_agent.policy import EndpointPolicy, PolicyError
+from research_agent.inference.adapters import save_adapter
+from research_agent.inference.policy import EndpointPolicy, PolicyError
 
 PUBLISHED = "published"
 KEEP = 2  # adapter directories kept on disk: the one being served and the one before

@@ -19,8 +19,8 @@ import torch
 from tqdm import tqdm
 
 from corpus.files import atomic_write_text
-from research_agent.adapters import AdapterError, merge_adapter_chain, save_adapter
-from research_agent.policy import LocalPolicy
+from research_agent.inference.adapters import AdapterError, merge_adapter_chain, save_adapter
+from research_agent.inference.policy import LocalPolicy
 from research_agent.tasks import ResearchTasks, get_task_type
 from research_agent.trajectory import Trajectory
 
@@ -58,8 +58,8 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
     """
     from peft import LoraConfig, get_peft_model
 
-    from research_agent.devices import DeviceError
-    from research_agent.models import load_model
+    from research_agent.inference.devices import DeviceError
+    from research_agent.inference.models import load_model
 
     try:
         base, tok = load_model(cfg.model, progress=progress, device=cfg.device, dtype=cfg.dtype)

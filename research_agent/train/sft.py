@@ -22,8 +22,8 @@ import torch
 from tqdm import tqdm
 
 from corpus.files import atomic_write_text
-from research_agent.adapters import save_adapter
-from research_agent.devices import model_device
+from research_agent.inference.adapters import save_adapter
+from research_agent.inference.devices import model_device
 from research_agent.tasks import (
     get_task_type,
     load_sft_records,

@@ -53,7 +53,7 @@ def episode(traj) -> dict:
 def record(model, tok, browser, corpus_dir: Path, docs_browser, code_tasks, work: Path) -> dict:
     from research_agent.agent import AgentConfig, run_batch
     from research_agent.code.agent import CodeAgentConfig, run_code_batch
-    from research_agent.policy import LocalPolicy
+    from research_agent.inference.policy import LocalPolicy
     from research_agent.train.config import TrainConfig
     from research_agent.train.rl import train_rl
 
@@ -94,7 +94,7 @@ def main(out: str) -> None:
     from corpus.factbook import factbook_documents
     from research_agent.code.apidocs import api_documents
     from research_agent.code.tasks import load_tasks
-    from research_agent.models import load_model
+    from research_agent.inference.models import load_model
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

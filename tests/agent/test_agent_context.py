@@ -11,7 +11,7 @@ import pytest
 from research_agent import prompts
 from research_agent.agent import AgentConfig, ResearchAgent, run_batch
 from research_agent.context import ContextBudgetError, managed_prompt, running_notes, split_observation
-from research_agent.policy import LocalPolicy
+from research_agent.inference.policy import LocalPolicy
 from research_agent.trajectory import Trajectory
 from tests.doubles import ScriptedPolicy as _Scripted
 

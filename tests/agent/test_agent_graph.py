@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from research_agent.actions import parse_action
 from research_agent.agent import AgentConfig, ResearchAgent, run_batch
-from research_agent.policy import BatchingPolicy, LocalPolicy
+from research_agent.inference.policy import BatchingPolicy, LocalPolicy
 from tests.doubles import ScriptedPolicy
 
 

@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from research_agent.agent import AgentConfig, ResearchAgent
-from research_agent.policy import EndpointPolicy, LocalPolicy, PolicyError
-from research_agent.serve import make_server
+from research_agent.inference.policy import EndpointPolicy, LocalPolicy, PolicyError
+from research_agent.inference.serve import make_server
 
 
 def _post(url, payload):
@@ -100,8 +100,8 @@ def test_unreachable_endpoint_is_a_clear_error(smol):
 
 
 def test_the_prefix_cache_budget_is_configurable_and_zero_turns_it_off(capsys):
-    from research_agent.policy import load_policy
-    from research_agent.serve import main
+    from research_agent.inference.policy import load_policy
+    from research_agent.inference.serve import main
 
     assert load_policy("smollm2-135m", progress=False, cache_mb=16).cache.max_bytes == 16 << 20
     assert load_policy("smollm2-135m", progress=False, cache_mb=0).cache is None
@@ -133,7 +133,7 @@ def _one_token_s(url) -> float:
 
 @pytest.fixture(scope="module")
 def bounded(smol):
-    from research_agent.serve import Limits
+    from research_agent.inference.serve import Limits
 
     model, tok = smol
     limits = Limits(max_body_bytes=2 << 20, max_completions=8, chunk_tokens=8, read_timeout_s=0.5,
@@ -215,8 +215,8 @@ def test_a_seeded_request_repeats_itself_whatever_the_chunks(bounded, smol):
 
 
 def test_a_request_past_its_deadline_is_answered_504_and_stopped(smol):
-    from research_agent.policy import BatchingPolicy
-    from research_agent.serve import Limits
+    from research_agent.inference.policy import BatchingPolicy
+    from research_agent.inference.serve import Limits
 
     model, tok = smol
     batched = BatchingPolicy(LocalPolicy(model, tok, "smollm2-135m"))
@@ -273,7 +273,7 @@ def test_idle_slow_and_oversized_clients_do_not_hold_up_others(bounded):
 
 
 def test_limits_are_checked_before_the_model_loads(capsys):
-    from research_agent.serve import main
+    from research_agent.inference.serve import main
 
     with pytest.raises(SystemExit):
         main(["--model", "smollm2-135m", "--request-timeout-s", "0"])

@@ -11,7 +11,7 @@ import pytest
 
 
 def test_model_fetch_runs_in_a_thread_and_hands_back_its_time_or_error(monkeypatch):
-    import research_agent.models as models
+    import research_agent.inference.models as models
 
     calls = []
 
@@ -40,7 +40,7 @@ def test_first_ask_answers_from_bm25_and_prints_its_first_use_stages(tmp_path, m
     from corpus.factbook import factbook_documents
     from corpus.staged import BACKGROUND
     from research_agent.ask import main
-    from research_agent.models import resolve_model_dir
+    from research_agent.inference.models import resolve_model_dir
 
     resolve_model_dir("smollm2-135m", progress=False)  # fetched and converted once per machine
     out = tmp_path / "default"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from corpus import openmp
-from research_agent.policy import BatchingPolicy, LocalPolicy
+from research_agent.inference.policy import BatchingPolicy, LocalPolicy
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or openmp.runtime() is None,
                                 reason="needs torch's GNU OpenMP on Linux")

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from research_agent import decode_kernels as K
-from research_agent import decode_step, fast_linear
-from research_agent.fast_linear import DecodeLayers
-from research_agent.policy import LocalPolicy
+from research_agent.inference import decode_kernels as K
+from research_agent.inference import decode_step, fast_linear
+from research_agent.inference.fast_linear import DecodeLayers
+from research_agent.inference.policy import LocalPolicy
 from tests.decoding import prefill as _prefill
 
 LORA_SEED = 5

@@ -5,9 +5,9 @@ from functools import partial
 import pytest
 import torch
 
-from research_agent import decode_step, fast_linear
-from research_agent.fast_linear import DecodeLayers
-from research_agent.policy import LocalPolicy
+from research_agent.inference import decode_step, fast_linear
+from research_agent.inference.fast_linear import DecodeLayers
+from research_agent.inference.policy import LocalPolicy
 from tests.decoding import prefill as _prefill
 
 LORA_SEED = 5  # the shared lora_model fixture (tests/agent/conftest.py) with this seed
@@ -158,7 +158,7 @@ def test_an_adapter_added_after_a_generation_is_decoded_through(monkeypatch):
     """A model generated with, then wrapped by peft: the next generation must see the LoRA layers."""
     from peft import LoraConfig, get_peft_model
 
-    from research_agent.models import load_model
+    from research_agent.inference.models import load_model
 
     model, tok = load_model("smollm2-135m", progress=False)
     prompt = [tok.encode("The area of Chad is")]

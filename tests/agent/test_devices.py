@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from research_agent.devices import DeviceError, model_device, resolve_device, resolve_dtype, use_device
+from research_agent.inference.devices import (
+    DeviceError,
+    model_device,
+    resolve_device,
+    resolve_dtype,
+    use_device,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_CUDA = not torch.cuda.is_available()
@@ -43,7 +49,7 @@ def test_cuda_where_there_is_none_is_one_error_before_anything_loads(tmp_path):
 
 
 def test_bfloat16_generation_matches_between_the_cached_and_plain_decode_paths():
-    from research_agent.policy import load_policy
+    from research_agent.inference.policy import load_policy
 
     cached = load_policy("smollm2-135m", device="cpu", dtype="bfloat16", progress=False)
     assert next(cached.model.parameters()).dtype == torch.bfloat16 and model_device(cached.model).type == "cpu"

@@ -6,10 +6,10 @@ from functools import partial
 import pytest
 import torch
 
-from research_agent import fast_linear
-from research_agent.fast_linear import DecodeLayers
-from research_agent.policy import LocalPolicy
-from research_agent.prefix_cache import sample
+from research_agent.inference import fast_linear
+from research_agent.inference.fast_linear import DecodeLayers
+from research_agent.inference.policy import LocalPolicy
+from research_agent.inference.prefix_cache import sample
 
 
 @contextmanager
@@ -254,7 +254,7 @@ def test_quantize_setting_is_checked_and_the_kernel_matches_the_cpu(monkeypatch)
 def test_quantize_flag_gives_a_clear_error():
     import argparse
 
-    from research_agent.devices import add_device_flags
+    from research_agent.inference.devices import add_device_flags
 
     p = argparse.ArgumentParser(prog="ask")
     add_device_flags(p, quantize=True)

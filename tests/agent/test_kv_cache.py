@@ -6,7 +6,7 @@ import inspect
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaModel
 
-from research_agent.kv_cache import cache_kwargs, cache_name, returned_cache
+from research_agent.inference.kv_cache import cache_kwargs, cache_name, returned_cache
 
 
 def test_the_cache_keyword_is_a_parameter_of_the_decoder_forward():

@@ -3,15 +3,15 @@
 import pytest
 import torch
 
-from research_agent.policy import LocalPolicy
-from research_agent.prefix_cache import PrefixCache
+from research_agent.inference.policy import LocalPolicy
+from research_agent.inference.prefix_cache import PrefixCache
 
 STOP = ["</search>", "</answer>"]
 
 
 @pytest.fixture(scope="module")
 def smol():
-    from research_agent.models import load_model
+    from research_agent.inference.models import load_model
 
     return load_model("smollm2-135m", progress=False)
 
@@ -117,7 +117,7 @@ def test_batching_policy_takes_late_requests_into_the_running_call(smol):
     import threading
     import time
 
-    from research_agent.policy import BatchingPolicy
+    from research_agent.inference.policy import BatchingPolicy
 
     model, tok = smol
     local = LocalPolicy(model, tok)
@@ -214,7 +214,7 @@ def test_store_longest_prefix_supersede_and_budget():
 
 
 def test_loop_detection_needs_four_repeats_over_48_tokens():
-    from research_agent.policy import cut_at_loop, ends_in_loop
+    from research_agent.inference.policy import cut_at_loop, ends_in_loop
 
     block = list(range(100, 112))  # 12 tokens
     assert ends_in_loop(list(range(7)) + block * 4)
@@ -231,7 +231,7 @@ def test_loop_detection_needs_four_repeats_over_48_tokens():
 
 
 def test_stop_loops_ends_a_looping_row_early_and_the_same_on_both_paths(smol, monkeypatch):
-    from research_agent import decode_step
+    from research_agent.inference import decode_step
 
     model, tok = smol
     line = tok.encode("from sklearn.metrics import roc_curve\n", add_special_tokens=False)
@@ -263,7 +263,7 @@ def test_stop_loops_ends_a_looping_row_early_and_the_same_on_both_paths(smol, mo
 
 
 def test_growing_cache_appends_in_place_and_reallocates_when_rows_leave():
-    from research_agent.prefix_cache import _append
+    from research_agent.inference.prefix_cache import _append
 
     g = torch.Generator().manual_seed(0)
     cur = torch.randn(3, 2, 10, 4, generator=g)
@@ -313,7 +313,7 @@ def test_a_seeded_sample_is_the_same_alone_in_a_batch_and_admitted_late(smol):
 
 
 def test_seeded_uniforms_are_uniform_and_a_function_of_seed_and_position():
-    from research_agent.prefix_cache import seeded_uniform
+    from research_agent.inference.prefix_cache import seeded_uniform
 
     draws = [seeded_uniform(3, k) for k in range(20_000)]
     assert all(0.0 <= u < 1.0 for u in draws)

@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from research_agent.adapters import load_adapter
-from research_agent.policy import EndpointPolicy, LocalPolicy, PolicyError
+from research_agent.inference.adapters import load_adapter
+from research_agent.inference.policy import EndpointPolicy, LocalPolicy, PolicyError
 from tests.loras import random_lora
 
 

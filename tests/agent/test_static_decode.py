@@ -1,4 +1,4 @@
-"""The static decode path (``research_agent.static_decode``, the GPU rollouts' decode) gives the tokens of
+"""The static decode path (``inference.static_decode``, the GPU rollouts' decode) gives the tokens of
 the plain path: checked here on the CPU with graphs off, on the real fast model, greedy, through the
 same cases the prefix-cache loop is checked with (later turns, groups, rows admitted mid-decode,
 stop strings read every few steps, seeded draws, a live LoRA adapter updated in place)."""
@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from research_agent import static_decode
-from research_agent.policy import BatchingPolicy, LocalPolicy
+from research_agent.inference import static_decode
+from research_agent.inference.policy import BatchingPolicy, LocalPolicy
 
 STOP = ["</search>", "</answer>"]
 LORA_SEED = 7  # the shared lora_model fixture (tests/agent/conftest.py) with this seed
@@ -18,7 +18,7 @@ LORA_SEED = 7  # the shared lora_model fixture (tests/agent/conftest.py) with th
 
 @pytest.fixture(scope="module")
 def smol():
-    from research_agent.models import load_model
+    from research_agent.inference.models import load_model
 
     return load_model("smollm2-135m", progress=False)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from research_agent.code.agent import MAX_CONTINUATIONS, CodeAgent, CodeAgentConfig, run_code_batch
-from research_agent.policy import BatchingPolicy, LocalPolicy
+from research_agent.inference.policy import BatchingPolicy, LocalPolicy
 from rewards.code import code_shaped_reward, code_torl_reward
 from tests.doubles import ScriptedPolicy as _Scripted
 

@@ -56,7 +56,7 @@ def test_environment_turns_are_observations(task):
 def test_one_such_task_does_not_abort_a_batch(smol, humaneval_two):
     """A policy whose text carries a lone surrogate (an API backend's JSON escape) for one task."""
     from research_agent.code.agent import CodeAgentConfig, run_code_batch
-    from research_agent.policy import Generation
+    from research_agent.inference.policy import Generation
     from tests.doubles import ScriptedPolicy
 
     _, tok = smol

@@ -23,7 +23,7 @@ from research_agent.code.demos import (
 )
 from research_agent.code.tasks import CodeTask
 from research_agent.code.tasks import load_tasks as load_code_tasks
-from research_agent.models import resolve_model_dir
+from research_agent.inference.models import resolve_model_dir
 
 
 @pytest.fixture(scope="module")

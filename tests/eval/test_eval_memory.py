@@ -20,7 +20,7 @@ def test_eval_qa_reads_the_memory_and_can_add_its_results(scripted, make_items, 
     items = make_items(2) + [{"id": "fr", "question": "Which city is France's capital?", "answers": ["Paris"]}]
     monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
     monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
-    monkeypatch.setattr("research_agent.policy.load_policy", lambda *a, **k: None)
+    monkeypatch.setattr("research_agent.inference.policy.load_policy", lambda *a, **k: None)
     argv = ["qa", "--bench", "x.jsonl", "--out", str(tmp_path / "run"), "--memory", str(mem), "--memory-add", "--quiet"]
     assert cli.main(argv) == 0
     assert "warning" not in capsys.readouterr().err
@@ -38,7 +38,7 @@ def test_eval_questions_already_in_the_memory_are_warned_about(scripted, tmp_pat
     items = [{"id": "fr", "question": "What is the capital of France?", "answers": ["Paris"]}]
     monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
     monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
-    monkeypatch.setattr("research_agent.policy.load_policy", lambda *a, **k: None)
+    monkeypatch.setattr("research_agent.inference.policy.load_policy", lambda *a, **k: None)
     assert cli.main(["qa", "--bench", "x.jsonl", "--out", str(tmp_path / "run"), "--memory", str(mem), "--quiet"]) == 0
     assert "1 of 1 questions are already in the memory" in capsys.readouterr().err
     assert scripted.guidance["fr"] == ""  # its own case (with its gold) is never shown
@@ -51,7 +51,7 @@ def test_yes_no_questions_are_told_their_answer_format(scripted, make_items, tmp
                               "answer_type": "boolean"}]
     monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
     monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
-    monkeypatch.setattr("research_agent.policy.load_policy", lambda *a, **k: None)
+    monkeypatch.setattr("research_agent.inference.policy.load_policy", lambda *a, **k: None)
     mem = tmp_path / "mem"
     CaseMemory(mem).add(CASES)
     out = tmp_path / "run"

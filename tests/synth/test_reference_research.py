@@ -93,7 +93,7 @@ def test_items_without_a_kind_keep_the_single_search_fallback(small_browser):
     from transformers import AutoTokenizer
 
     from research_agent.agent import AgentConfig, run_batch
-    from research_agent.models import resolve_model_dir
+    from research_agent.inference.models import resolve_model_dir
     from synth.reference import ReferencePolicy
 
     item = {"id": "x", "question": "What is the capital of France?", "answers": ["Paris"]}

@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from research_agent.adapters import AdapterError, adapter_chain, load_adapter, save_adapter
+from research_agent.inference.adapters import AdapterError, adapter_chain, load_adapter, save_adapter
 from research_agent.train.__main__ import main
 from research_agent.train.export import UPSTREAM, export_adapter
 
@@ -32,7 +32,7 @@ ADAPTERS = [  # (name, LoraConfig kwargs): SFT, then two RL rounds on top
 def fresh_base():
     from transformers import AutoModelForCausalLM
 
-    from research_agent.models import resolve_model_dir
+    from research_agent.inference.models import resolve_model_dir
 
     return AutoModelForCausalLM.from_pretrained(resolve_model_dir("smollm2-135m", progress=False),
                                                 dtype=torch.float32).eval()
@@ -55,7 +55,7 @@ def chain(tmp_path_factory):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoTokenizer
 
-    from research_agent.models import resolve_model_dir
+    from research_agent.inference.models import resolve_model_dir
 
     tok = AutoTokenizer.from_pretrained(resolve_model_dir("smollm2-135m", progress=False))
     root = tmp_path_factory.mktemp("chain")

@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def server():
-    """``python -m research_agent.serve`` in its own process (the smollm2 base, CPU, a free port)."""
+    """``python -m research_agent.inference.serve`` in its own process (the smollm2 base, CPU, a free port)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "research_agent.serve", "--model", "smollm2-135m", "--port", "0",
-                             "--device", "cpu"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "research_agent.inference.serve", "--model", "smollm2-135m",
+                             "--port", "0", "--device", "cpu"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     match = re.search(r"http://[\d.]+:(\d+)/v1", line)
@@ -92,7 +92,7 @@ def test_rollouts_on_the_server_train_the_same_adapter_as_in_process(tmp_path, s
 
 def test_a_dead_server_stops_training_with_one_error_before_a_step_is_lost(tmp_path, small_browser, monkeypatch):
     sleeps = []
-    monkeypatch.setattr("research_agent.policy.time.sleep", sleeps.append)  # the backoff, without the wait
+    monkeypatch.setattr("research_agent.inference.policy.time.sleep", sleeps.append)  # the backoff, unwaited
     dead = cfg(tmp_path, "dead", rollout_endpoint="http://127.0.0.1:9")
     with pytest.raises(SystemExit, match="generation server at http://127.0.0.1:9.*did not take the adapter"):
         train_rl(dead, browser=small_browser, progress=False)

@@ -207,9 +207,9 @@ def test_help_lists_every_field(capsys):
 def test_rl_on_top_of_sft_keeps_the_sft_policy_as_reference_and_reloads(tmp_path):
     from peft import LoraConfig, get_peft_model
 
-    from research_agent.adapters import save_adapter
-    from research_agent.models import load_model
-    from research_agent.policy import load_policy
+    from research_agent.inference.adapters import save_adapter
+    from research_agent.inference.models import load_model
+    from research_agent.inference.policy import load_policy
 
     # an "SFT" adapter with non-zero weights
     base, tok = load_model("smollm2-135m", progress=False)

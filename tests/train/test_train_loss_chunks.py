@@ -19,7 +19,7 @@ from research_agent.train.loss import head_logprobs, pad_batch, sft_loss, token_
 def lora_model():
     from peft import LoraConfig, get_peft_model
 
-    from research_agent.models import load_model
+    from research_agent.inference.models import load_model
 
     base, tok = load_model("smollm2-135m", device="cpu", progress=False)
     torch.manual_seed(0)

@@ -127,7 +127,7 @@ class LocalPolicy:
     """A transformers causal LM (optionally with a peft LoRA adapter), batched generation.
 
     With ``prefix_cache`` (the default) generation runs our own decode loop over
-    ``research_agent.prefix_cache``: every turn of a trajectory reuses the keys/values of the
+    ``research_agent.inference.prefix_cache``: every turn of a trajectory reuses the keys/values of the
     turns before it, and concurrent trajectories share the system prompt's.  ``prefix_cache=False``
     calls plain ``model.generate`` on the whole prompt (the reference the cache is tested against).
 
@@ -309,7 +309,7 @@ class LocalPolicy:
 
 
 class EndpointPolicy:
-    """Any OpenAI-compatible ``/v1/completions`` server (vLLM, SGLang, ``research_agent.serve``).
+    """Any OpenAI-compatible ``/v1/completions`` server (vLLM, SGLang, ``research_agent.inference.serve``).
 
     The prompt travels as text; the returned text is re-tokenized locally so the trajectory
     still holds token ids (log-probs come back when the server provides them).  With

@@ -1,4 +1,4 @@
-"""``python -m research_agent.serve``: a local model behind an OpenAI-compatible API on loopback.
+"""``python -m research_agent.inference.serve``: a local model behind an OpenAI-compatible API on loopback.
 
 One loaded model can then serve several processes (a synthesis job, an eval, ``ask``), and the
 ``EndpointPolicy`` client is tested against a real server of ours rather than a mock.  Requests
@@ -253,8 +253,8 @@ def _strip_stop(text: str, stop: list[str] | None) -> str:
 
 class Adapters:
     """LoRA adapters loaded while the server runs, by name: each is the pristine base with that adapter
-    (and the adapters it was trained on, ``research_agent.adapters``) applied, behind its own batcher
-    and prefix cache. The base is copied, not reloaded, so a load takes a fraction of a second for
+    (and the adapters it was trained on, ``adapters``) applied, behind its own batcher and prefix
+    cache. The base is copied, not reloaded, so a load takes a fraction of a second for
     the small models; unloading frees the copy."""
 
     def __init__(self, policy, cache_bytes: int = 1 << 30):
@@ -443,7 +443,7 @@ def make_server(policy, model_name: str, host: str = "127.0.0.1", port: int = 0,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m research_agent.serve", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m research_agent.inference.serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--adapter", default=None)

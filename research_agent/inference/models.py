@@ -209,7 +209,7 @@ def resolve_model_dir(name_or_path: str, progress: bool = True) -> str:
 
 def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto", progress: bool = True):
     """Load (model, tokenizer) for a named model, a local directory or a hub id, on ``device`` in
-    ``dtype`` (``research_agent.devices``: auto is a CUDA GPU in bfloat16 where there is one, else
+    ``dtype`` (``research_agent.inference.devices``: auto is a CUDA GPU in bfloat16 where there is one, else
     the CPU in float32). A device that is not there fails before anything is read."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
