@@ -10,6 +10,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Fixtures that load a real language model (smollm2-135m), here or in a subfolder's conftest: every test
+# that uses one, directly or through another fixture, is marked ``model`` (pytest_collection_modifyitems).
+# A test that loads a model itself carries ``@pytest.mark.model`` (or its module's ``pytestmark``).
+MODEL_FIXTURES = {"smol", "lora_model", "server"}
+
 # France, Germany and their neighbours: enough for single- and multi-hop questions over border links
 SMALL_GECS = ["fr", "gm", "it", "sp", "be", "lu", "sz", "au", "nl", "po", "an", "mn", "ez", "da", "pl"]
 
@@ -70,3 +75,10 @@ def server(smol):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that reaches a model fixture ``model``, so ``-m "not model"`` needs no marks kept by hand."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)

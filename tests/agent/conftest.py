@@ -24,6 +24,5 @@ def seeded_lora(seed: int):
 
 @pytest.fixture(scope="module")
 def lora_model(request):
-    """``seeded_lora`` with the test module's ``LORA_SEED`` (3 where it sets none: the int8 logits'
-    cosine in test_fast_linear depends on that init)."""
+    """``seeded_lora`` with the test module's ``LORA_SEED`` (3 where it sets none)."""
     return seeded_lora(getattr(request.module, "LORA_SEED", 3))

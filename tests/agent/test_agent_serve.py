@@ -99,6 +99,7 @@ def test_unreachable_endpoint_is_a_clear_error(smol):
         policy.generate([[1, 2, 3]], max_new_tokens=2)
 
 
+@pytest.mark.model
 def test_the_prefix_cache_budget_is_configurable_and_zero_turns_it_off(capsys):
     from research_agent.inference.policy import load_policy
     from research_agent.inference.serve import main

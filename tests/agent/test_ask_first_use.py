@@ -32,6 +32,7 @@ def test_model_fetch_runs_in_a_thread_and_hands_back_its_time_or_error(monkeypat
     assert models.is_ready("/a/local/dir") and models.is_ready("some/hub-id")
 
 
+@pytest.mark.model
 def test_first_ask_answers_from_bm25_and_prints_its_first_use_stages(tmp_path, monkeypatch, capsys):
     import subprocess
 

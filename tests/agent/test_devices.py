@@ -48,6 +48,7 @@ def test_cuda_where_there_is_none_is_one_error_before_anything_loads(tmp_path):
         assert not (tmp_path / "cache" / "corpora").exists(), "nothing was built for a device that is not there"
 
 
+@pytest.mark.model
 def test_bfloat16_generation_matches_between_the_cached_and_plain_decode_paths():
     from research_agent.inference.policy import load_policy
 
@@ -61,6 +62,7 @@ def test_bfloat16_generation_matches_between_the_cached_and_plain_decode_paths()
     assert all(len(g.token_ids) == 8 or g.finish_reason == "eos" for g in a)
 
 
+@pytest.mark.model
 def test_sft_in_bfloat16_keeps_the_lora_weights_in_float32_and_learns(tmp_path):
     from research_agent.train.config import TrainConfig
     from research_agent.train.sft import train_sft

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from research_agent.agent import AgentConfig
 from research_agent.ask import main
 from research_agent.report import Report, ReportConfig, ReportSection, score_report, write_report
@@ -68,6 +70,7 @@ def test_report_trace_escapes_text_and_links_citations():
     assert "<span class='bad'>[fake/x#1]</span>" in page  # a citation to nothing read is flagged
 
 
+@pytest.mark.model
 def test_ask_report_end_to_end_with_smollm(small_corpus_dir, tmp_path, capsys):
     out, trace = tmp_path / "report.md", tmp_path / "trace.html"
     rc = main(["Germany", "--report", "--sections", "2", "--model", "smollm2-135m", "--corpus", str(small_corpus_dir),

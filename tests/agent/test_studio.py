@@ -73,6 +73,7 @@ def test_the_graph_tells_studio_its_input_settings_and_output():
     assert {"answer", "citations", "sources", "steps", "stop_reason"} <= set(graph.get_output_jsonschema()["properties"])
 
 
+@pytest.mark.model
 def test_a_run_really_runs_the_agent_and_its_state_is_plain_json(small_corpus_dir):
     """The real model on a real corpus, one turn, under a checkpointer as ``langgraph dev`` runs it:
     the episode's live objects must stay out of the stored state."""

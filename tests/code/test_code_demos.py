@@ -184,6 +184,7 @@ def test_recovery_demonstration_fails_first_then_fixes_and_submits(tmp_path, tok
         assert "All tests passed." in submit.observation and traj.gold["passed"]
 
 
+@pytest.mark.model
 def test_code_sft_stage_trains_lora_on_the_demonstrations(tmp_path, spec):
     from research_agent.train.config import TrainConfig
     from research_agent.train.sft import train_sft

@@ -82,6 +82,7 @@ def squad_setup(tmp_path_factory):
     return root, bench, browser
 
 
+@pytest.mark.model
 def test_real_eval_resume_and_compare(squad_setup, capsys):
     root, bench, browser = squad_setup
     out = root / "runs" / "smollm2"

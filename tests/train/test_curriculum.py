@@ -128,6 +128,7 @@ def _rl_cfg(tmp_path, out, steps):
                        drop_void_turns=False, lr=1e-3, concurrency=2, curriculum="learnability")
 
 
+@pytest.mark.model
 def test_rl_with_the_curriculum_logs_weights_and_checkpoints_its_state(tmp_path, small_browser):
     """The real trainer on the fast model: the step logs every kind's draw probability and the
     checkpoint keeps the curriculum's state."""
@@ -141,6 +142,7 @@ def test_rl_with_the_curriculum_logs_weights_and_checkpoints_its_state(tmp_path,
     assert sum(state["curriculum"]["seen"].values()) == 1  # and its group counted
 
 
+@pytest.mark.model
 @pytest.mark.slow
 def test_rl_with_the_curriculum_resumes_as_the_whole_run(tmp_path, small_browser):
     train_rl(_rl_cfg(tmp_path, "full", 2), browser=small_browser, progress=False)

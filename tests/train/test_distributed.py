@@ -22,6 +22,7 @@ from tests.doubles import ScriptedPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = str(ROOT / "tests" / "train" / "distributed_update.py")
+pytestmark = pytest.mark.model  # every test trains smollm2-135m, in one process and under the launcher
 
 
 def _free_port() -> int:

@@ -78,6 +78,7 @@ def chain(tmp_path_factory):
     return previous, reference, tok
 
 
+@pytest.mark.model
 def test_exported_adapter_loads_in_plain_peft_with_the_chains_logits(chain, tmp_path):
     from peft import PeftModel
 
@@ -105,6 +106,7 @@ def test_exported_adapter_loads_in_plain_peft_with_the_chains_logits(chain, tmp_
     assert not list(tmp_path.glob(".*"))  # no temporary directory left behind
 
 
+@pytest.mark.model
 def test_merged_export_loads_in_plain_transformers_with_the_chains_logits(chain, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -117,6 +119,7 @@ def test_merged_export_loads_in_plain_transformers_with_the_chains_logits(chain,
     assert "HuggingFaceTB/SmolLM2-135M-Instruct" in card and "de-quantized" in card
 
 
+@pytest.mark.model
 def test_what_cannot_be_exported_exactly_is_refused(chain, tmp_path):
     import shutil
 

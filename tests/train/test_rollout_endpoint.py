@@ -90,6 +90,7 @@ def test_rollouts_on_the_server_train_the_same_adapter_as_in_process(tmp_path, s
     assert sorted(p.name for p in (tmp_path / "remote" / "published").iterdir()) == ["step-1", "step-2"]
 
 
+@pytest.mark.model
 def test_a_dead_server_stops_training_with_one_error_before_a_step_is_lost(tmp_path, small_browser, monkeypatch):
     sleeps = []
     monkeypatch.setattr("research_agent.inference.policy.time.sleep", sleeps.append)  # the backoff, unwaited

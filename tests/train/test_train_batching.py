@@ -108,6 +108,7 @@ def _trajectories(tok, two_steps: bool):
 
 
 # per-step (GiGPO) advantages run the per-trajectory case's code and more; that one is slow-only
+@pytest.mark.model
 @pytest.mark.parametrize("per_step", [pytest.param(False, id="per-trajectory", marks=pytest.mark.slow),
                                       pytest.param(True, id="per-step")])
 def test_shared_prefix_update_equals_the_plain_padded_update(per_step):
@@ -145,6 +146,7 @@ def test_shared_prefix_update_equals_the_plain_padded_update(per_step):
         assert stats[key]["kl"] > 0
 
 
+@pytest.mark.model
 def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_update():
     """Checkpointing trades compute for memory: each decoder layer runs again in the backward, and
     the update equals the default one (which shares prefixes through a K/V cache)."""

@@ -52,6 +52,7 @@ def tiny_spec(tmp_path_factory):
     return f"bigcodebench:{path}"
 
 
+@pytest.mark.model
 def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, tiny_spec):
     sort, rev = load_code_tasks(tiny_spec)
     cfg = TrainConfig(task_type="code", tasks=tiny_spec, corpus=str(docs_dir), docs_modules=["json"],
@@ -98,6 +99,7 @@ def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, 
     assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if "lora_" not in n)
 
 
+@pytest.mark.model
 def test_code_run_logs_code_tools_resumes_and_its_adapter_evaluates(tmp_path, docs_dir, tiny_spec):
     from eval.code import main as eval_code
 

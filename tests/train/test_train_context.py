@@ -49,6 +49,7 @@ def _capture_units(monkeypatch):
     return seen
 
 
+@pytest.mark.model
 def test_managed_update_trains_each_step_on_its_own_prompt(small_browser, monkeypatch):
     cfg = TrainConfig(lr=1e-3, micro_batch=2, kl_coef=0.05)
     model, tok = setup_lora(cfg, progress=False)

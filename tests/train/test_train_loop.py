@@ -28,6 +28,7 @@ def _trajectories(tok, browser):
 
 
 # per-step advantages exercise the per-trajectory path's code and more; the per-trajectory case is slow-only
+@pytest.mark.model
 @pytest.mark.parametrize("adv", [pytest.param([1.0, -1.0], id="per-trajectory", marks=pytest.mark.slow),
                                  pytest.param([[0.0, 1.0], [0.0, -1.0]], id="per-step")])
 def test_one_update_moves_lora_weights_and_no_base_weight(small_browser, adv):
@@ -64,6 +65,7 @@ def test_one_update_moves_lora_weights_and_no_base_weight(small_browser, adv):
     assert after > before
 
 
+@pytest.mark.model
 @pytest.mark.slow  # 27 s; the default suite checks the same invariance through test_train_batching's layouts
 def test_update_is_the_same_whatever_the_micro_batching(small_browser):
     """The loss is a mean over the step's model tokens: micro-batches of 1, 2 or 3 trajectories (of
@@ -109,6 +111,7 @@ def _cfg(tmp_path, tasks, **kw):
     return TrainConfig(**base)
 
 
+@pytest.mark.model
 def test_resume_reproduces_the_next_step(tmp_path, small_browser):
     tasks = _write_tasks(tmp_path / "tasks.jsonl")
     full = _cfg(tmp_path, tasks, out=str(tmp_path / "full"))
@@ -134,6 +137,7 @@ def test_resume_reproduces_the_next_step(tmp_path, small_browser):
         train_rl(changed, resume=True, browser=small_browser, progress=False)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("zero_variance,rounds", [(True, 3), (False, 1)])
 def test_dynamic_sampling_draws_more_prompts_while_groups_are_filtered(tmp_path, small_browser, zero_variance,
                                                                        rounds):
@@ -204,6 +208,7 @@ def test_help_lists_every_field(capsys):
     assert "24 % more time" in out
 
 
+@pytest.mark.model
 def test_rl_on_top_of_sft_keeps_the_sft_policy_as_reference_and_reloads(tmp_path):
     from peft import LoraConfig, get_peft_model
 
