@@ -38,6 +38,12 @@ from corpus.store import (
 from corpus.store import rebuild_command as _rebuild
 
 MODES = ("dense", "bm25", "hybrid")
+RETRIEVER_HELP = "how search ranks chunks: dense (embeddings), bm25 (words) or hybrid (both, fused)"
+
+
+def add_retriever_flag(parser, *, default: str | None = "hybrid", help: str = RETRIEVER_HELP) -> None:
+    """``--retriever``, the one definition every command shares, so its choices are always ``MODES``."""
+    parser.add_argument("--retriever", default=default, choices=MODES, help=help)
 MAX_K = 50
 MAX_QUERY_CHARS = 2000
 MAX_PATTERN_CHARS = 500

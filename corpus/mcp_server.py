@@ -251,11 +251,12 @@ def serve_http(server: MCPServer, host: str = "127.0.0.1", port: int = 8000,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from corpus.local import add_retriever_flag
+
     parser = argparse.ArgumentParser(prog="python -m corpus mcp", description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default=None,
                         help="corpus directory (default: $RESEARCH_AGENT_CORPUS or the default corpus, built on first use)")
-    parser.add_argument("--retriever", default="hybrid", choices=["dense", "bm25", "hybrid"],
-                        help="how search ranks chunks")
+    add_retriever_flag(parser)
     parser.add_argument("--transport", default="stdio", choices=["stdio", "http"],
                         help="stdio (an assistant spawns the server) or streamable HTTP")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default: loopback only)")

@@ -73,12 +73,14 @@ def report_text(report: dict[str, Any], where: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from corpus.local import add_retriever_flag
+
     p = argparse.ArgumentParser(prog="python -m eval docs-hits", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", default="dataframebench:test", help="task spec, as for `eval code`")
     p.add_argument("--k", type=int, default=3, help="hits the search returns (the code agent shows 3)")
     p.add_argument("--docs", default=None, help="API-docs corpus directory (default: the cached one)")
-    p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid")
+    add_retriever_flag(p)
     p.add_argument("--out", default=None, help="write the report (every query, its hits and rank) as JSON")
     return p
 

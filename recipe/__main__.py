@@ -33,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--demos", type=int, help="train questions with a demonstration (default 240)")
     p.add_argument("--rl-steps", type=int, help="RL optimizer steps (default 30)")
     p.add_argument("--eval-limit", type=int, help="held-out factbook-test questions per eval (default 100)")
-    from corpus.local import MODES as RETRIEVERS
+    from corpus.local import add_retriever_flag
 
-    p.add_argument("--retriever", choices=RETRIEVERS,
-                   help="how every stage searches the corpus (default hybrid; bm25 needs no embedding model)")
+    add_retriever_flag(p, default=None,
+                       help="how every stage searches the corpus (default hybrid; bm25 needs no embedding model)")
     p.add_argument("--only", nargs="*", help="run only these stages (names as printed)")
     p.add_argument("--artifacts", "--resume-from", dest="artifacts", default=None,
                    help="artifact directory: stages publish there and are restored or resumed from it")

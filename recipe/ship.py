@@ -29,13 +29,15 @@ def _value(text: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from corpus.local import add_retriever_flag
+
     p = argparse.ArgumentParser(prog="python -m recipe.ship", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--adapter", required=True, help="the trained adapter directory")
     p.add_argument("--model", required=True, help="its base model")
     p.add_argument("--name", required=True, help="the agent's name (ask --agent NAME)")
     p.add_argument("--out", required=True, help="the agent's directory (artifacts/NAME)")
-    p.add_argument("--retriever", default="hybrid")
+    add_retriever_flag(p, help="how the shipped agent searches (recorded in its agent.json)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an AgentConfig setting")
     p.add_argument("evals", nargs="*", help="eval run directories whose metrics the card records")
     args = p.parse_args(argv)

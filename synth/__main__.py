@@ -141,6 +141,8 @@ def cmd_sft_export(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from corpus.local import add_retriever_flag
+
     p = argparse.ArgumentParser(prog="python -m synth", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("qa", help="synthesize verified QA pairs (single- and multi-hop) from a corpus")
@@ -165,8 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--model then only names the tokenizer)")
     t.add_argument("--corpus", default=None)
     t.add_argument("--retrieval-url", default=None)
-    t.add_argument("--retriever", default="hybrid", choices=["dense", "bm25", "hybrid"],
-                   help="search over the local corpus (as eval's --retriever)")
+    add_retriever_flag(t)
     t.add_argument("--split", default="train")
     t.add_argument("--limit", type=int, default=None,
                    help="a seeded random subset of N questions (same seed: smaller subsets are prefixes)")
