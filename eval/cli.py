@@ -22,6 +22,7 @@ from typing import Any
 
 from corpus.files import content_hash
 from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
+from eval.drain import EvalStopped
 from eval.rundir import RunDirError
 from research_agent.configs import ConfigError, add_config_flags, config_from_args
 from research_agent.inference.devices import DeviceError, add_device_flags, use_device
@@ -173,7 +174,6 @@ def item_guidance(memory: Any, k: int) -> Callable[[dict], str]:
 
 def cmd_qa(args: argparse.Namespace) -> int:
     from eval.corpora import open_benchmark_corpus
-    from eval.drain import EvalStopped
     from eval.runner import evaluate
     from research_agent.inference.models import DEFAULT_MODEL
     from research_agent.inference.policy import load_policy
@@ -205,13 +205,9 @@ def cmd_qa(args: argparse.Namespace) -> int:
         info.update(memory=str(memory.path.resolve()), memory_k=args.memory_k)
     if any(format_hint(it) for it in items):
         info["format_hints"] = True
-    try:
-        results = evaluate(ResearchTasks(guidance=item_guidance(memory, args.memory_k)), items, policy, args.out,
-                           config=config, browser=browser, run_info=info, progress=not args.quiet,
-                           concurrency=args.concurrency, drain_s=args.drain_s)
-    except EvalStopped as e:
-        print(str(e), file=sys.stderr)
-        return 130
+    results = evaluate(ResearchTasks(guidance=item_guidance(memory, args.memory_k)), items, policy, args.out,
+                       config=config, browser=browser, run_info=info, progress=not args.quiet,
+                       concurrency=args.concurrency, drain_s=args.drain_s)
     if memory is not None and args.memory_add:
         from eval.runner import load_run_trajectories
 
@@ -299,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownBenchmark, BenchmarkFormatError, RunDirError, DeviceError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except EvalStopped as e:  # a first Ctrl-C/SIGTERM: what finished is saved (qa, and checkpoints' evals)
+        print(str(e), file=sys.stderr)
+        return 130
 
 
 __all__ = ["main", "build_parser", "agent_config"]
