@@ -22,6 +22,7 @@ from eval.benchmarks import CorpusSpec
 from eval.compare import _pyplot, save_figure
 from eval.rundir import RUN_SCHEMA, write_json
 from eval.runner import evaluate
+from research_agent.tasks import ResearchTasks
 from rewards.compose import RewardHackingMonitor
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -133,18 +134,10 @@ def check_checkpoints(
         if progress:
             print(f"checkpoint step {step}: evaluating {ckpt}", file=sys.stderr)
         policy = load_policy(model, adapter=str(ckpt))
-        info = {**(run_info or {}), "model": model, "adapter": str(ckpt), "step": step}
-        result = evaluate(
-            items,
-            policy,
-            browser,
-            config,
-            out / f"step-{step}",
-            bench=bench,
-            corpus=corpus,
-            run_info=info,
-            progress=progress,
-        )
+        info = {"bench": bench, "corpus": (corpus or CorpusSpec()).to_dict(), **(run_info or {}), "model": model,
+                "adapter": str(ckpt), "step": step}
+        result = evaluate(ResearchTasks(), items, policy, out / f"step-{step}", config=config, browser=browser,
+                          run_info=info, progress=progress)
         del policy  # one checkpoint's weights in memory at a time
         m = result["metrics"]
         heldout = float(m.get(metric, 0.0))

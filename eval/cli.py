@@ -22,6 +22,7 @@ from typing import Any
 
 from corpus.files import content_hash
 from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
+from eval.drain import EvalStopped
 from eval.rundir import RunDirError
 from research_agent.configs import ConfigError, add_config_flags, config_from_args
 from research_agent.inference.devices import DeviceError, add_device_flags, use_device
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
         "training split only (python -m research_agent.memory add)",
     )
     qa.add_argument("--memory-k", type=int, default=2, help="successful past cases shown per question")
+    qa.add_argument("--drain-s", type=float, default=None, metavar="SECONDS",
+                    help="after a first Ctrl-C/SIGTERM, finish the questions in flight for at most this long "
+                    "(default: all of them); a second signal stops at once")
     qa.add_argument(
         "--memory-add",
         action="store_true",
@@ -174,7 +178,11 @@ def cmd_qa(args: argparse.Namespace) -> int:
     from research_agent.inference.models import DEFAULT_MODEL
     from research_agent.inference.policy import load_policy
     from research_agent.shipped import UnknownAgent, apply_agent
+    from research_agent.tasks import ResearchTasks
 
+    if args.drain_s is not None and args.drain_s < 0:
+        print("error: --drain-s must be at least 0", file=sys.stderr)
+        return 2
     try:
         shipped = apply_agent(args)
     except UnknownAgent as e:
@@ -188,7 +196,8 @@ def cmd_qa(args: argparse.Namespace) -> int:
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, device=args.device,
                          dtype=args.dtype, quantize=args.quantize)
-    info = {**_run_info(args), "model": args.model, "adapter": args.adapter, "endpoint": args.endpoint}
+    info = {"bench": args.bench, "corpus": spec.to_dict(), **_run_info(args), "model": args.model,
+            "adapter": args.adapter, "endpoint": args.endpoint}
     if args.adapter and Path(args.adapter).is_dir():  # what the adapter is, wherever it lies
         info["adapter_sha256"] = content_hash(Path(args.adapter))
     memory = open_memory(args, items)
@@ -196,19 +205,9 @@ def cmd_qa(args: argparse.Namespace) -> int:
         info.update(memory=str(memory.path.resolve()), memory_k=args.memory_k)
     if any(format_hint(it) for it in items):
         info["format_hints"] = True
-    results = evaluate(
-        items,
-        policy,
-        browser,
-        config,
-        args.out,
-        bench=args.bench,
-        corpus=spec,
-        run_info=info,
-        progress=not args.quiet,
-        concurrency=args.concurrency,
-        guidance=item_guidance(memory, args.memory_k),
-    )
+    results = evaluate(ResearchTasks(guidance=item_guidance(memory, args.memory_k)), items, policy, args.out,
+                       config=config, browser=browser, run_info=info, progress=not args.quiet,
+                       concurrency=args.concurrency, drain_s=args.drain_s)
     if memory is not None and args.memory_add:
         from eval.runner import load_run_trajectories
 
@@ -296,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownBenchmark, BenchmarkFormatError, RunDirError, DeviceError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except EvalStopped as e:  # a first Ctrl-C/SIGTERM: what finished is saved (qa, and checkpoints' evals)
+        print(str(e), file=sys.stderr)
+        return 130
 
 
 __all__ = ["main", "build_parser", "agent_config"]

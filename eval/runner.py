@@ -1,10 +1,20 @@
-"""G3: run the agent over a benchmark, save trajectories as they finish, write results JSON.
+"""G3: the one eval runner — any task type's items through the agent, saved as they finish, results JSON.
 
-``evaluate`` is the one entry point (the CLI, the checkpoint sweep and tests all use it).  It runs
-questions concurrently through ``run_batch`` (one batched policy), appends each finished
-trajectory to ``trajectories.jsonl`` at once, and resumes an interrupted run by skipping the
-question ids already on disk.  The results JSON records everything needed to reproduce or trust a
-number: the agent config, the run settings, library versions and the corpus index manifest.
+``evaluate(task_type, items, policy, out)`` is the one entry point (``eval qa``, each mode of ``eval
+code``, the checkpoint sweep and tests use it).  It owns what every eval needs and nothing a task type
+decides:
+
+- resume: an interrupted run skips the item ids already in ``trajectories.jsonl``;
+- identity: run.json names the experiment, and a resume of another one is refused (``rundir.start_run``,
+  after ``rundir.migrate`` brings an older run.json to today's layout);
+- one run at a time per directory (the trajectory store's lock);
+- drain: a first SIGINT/SIGTERM finishes the episodes in flight and stops (``EvalStopped``), a second one
+  or ``drain_s`` seconds of draining aborts them (``eval.drain``);
+- which code made each answer (``trajectory.meta["code"]``, counted in ``answer_code``);
+- results.json: the metrics of the task type (``METRICS``) and everything needed to reproduce or trust a
+  number: the agent config, the run settings, library versions and the index manifest.
+
+Episodes run concurrently through the task type's ``run`` (one batched policy).
 """
 
 from __future__ import annotations
@@ -16,27 +26,23 @@ import json
 import platform
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from eval.benchmarks import CorpusSpec
+from eval.code_metrics import code_metrics
+from eval.drain import EvalStopped, drain_on_signals
 from eval.metrics import qa_metrics
-from eval.rundir import (
-    RESULTS,
-    RUN,
-    RUN_SCHEMA,
-    TRAJECTORIES,
-    RunDirError,
-    check_schema,
-    read_json,
-    write_json,
-)
+from eval.rundir import CONFIG_VERSION, IDENTITY_KEYS, RESULTS, RUN_SCHEMA, start_run, write_json
 from research_agent.store import TrajectoryStore
+from research_agent.tasks import TaskType
 from research_agent.trajectory import Trajectory
 
+# how each task type's run is summed up in results.json
+METRICS: dict[str, Callable[[list[Trajectory]], dict[str, Any]]] = {"research": qa_metrics, "code": code_metrics}
 VERSIONED = (
     "research-agent",
     "torch",
@@ -46,8 +52,6 @@ VERSIONED = (
     "faiss-cpu",
     "langgraph",
 )
-# run.json keys that must match for a resume to continue the same experiment
-IDENTITY_KEYS = ("bench", "model", "adapter", "endpoint", "agent_config", "corpus", "memory", "format_hints")
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -126,6 +130,8 @@ def answer_code(trajs: list[Trajectory]) -> dict[str, int]:
 
 def index_manifest(browser: Any) -> dict[str, Any]:
     """The corpus index manifest (embedding model, counts, checksums), wherever the browser keeps it."""
+    if browser is None:
+        return {}
     manifest = getattr(browser, "manifest", None)
     if callable(manifest):
         manifest = manifest()
@@ -140,129 +146,100 @@ def index_manifest(browser: Any) -> dict[str, Any]:
     return {"backend": type(browser).__name__}
 
 
-def _same_adapter(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """An adapter is the same when its files are, wherever it lies (a run restored into another
-    directory, as a recipe stage resumed in a later session, names it by another path); a run that
-    recorded no hash of its adapter is known by the path alone."""
-    if old.get("adapter_sha256") and new.get("adapter_sha256"):
-        return old["adapter_sha256"] == new["adapter_sha256"]
-    return old.get("adapter") == new.get("adapter")
-
-
-def _start_run(out_dir: Path, run: dict[str, Any]) -> None:
-    """Write run.json; on resume first check that the directory holds the same experiment.
-
-    Only identity settings must match: a larger ``limit`` with the same seed extends the subset
-    (smaller subsets are prefixes), so the questions already answered are kept.
-    """
-    path = out_dir / RUN
-    if path.exists():
-        old = read_json(path, "")
-        check_schema(old, path)
-        diff = [k for k in IDENTITY_KEYS if (not _same_adapter(old, run) if k == "adapter" else old.get(k) != run.get(k))]
-        if diff:
-            details = "; ".join(f"{k}: {old.get(k)!r} → {run.get(k)!r}" for k in diff)
-            raise RunDirError(
-                f"{out_dir} holds a different run ({details}); use a new --out directory "
-                "or delete the old one"
-            )
-    elif (out_dir / TRAJECTORIES).exists():
-        raise RunDirError(
-            f"{out_dir} has trajectories but no {RUN}: it was not written by this eval; "
-            "use a new --out directory"
-        )
-    write_json(path, run)
-
-
 def evaluate(
-    items: list[dict],
+    task_type: TaskType,
+    items: list[Any],
     policy: Any,
-    browser: Any,
-    config: Any,
-    out_dir: str | Path,
+    out: str | Path,
     *,
-    bench: str = "",
-    corpus: CorpusSpec | None = None,
+    config: Any,
+    browser: Any = None,
     run_info: dict[str, Any] | None = None,
     progress: bool = True,
     concurrency: int = 8,
-    guidance: Callable[[dict], str] | None = None,
+    stop: threading.Event | None = None,
+    drain_s: float | None = None,
 ) -> dict[str, Any]:
-    """Evaluate ``items`` into ``out_dir`` and return the results dict (also saved as results.json).
+    """Evaluate ``items`` (tasks of ``task_type``) into ``out`` and return the results (also results.json).
 
-    ``guidance(item)`` is text put before each question (e.g. case memory, B6).
-
-    Already-finished question ids in ``out_dir/trajectories.jsonl`` are not redone.  ``run_info``
-    holds the settings that identify the run (model, adapter, limit, seed ...); a resume with
-    different identity settings is refused rather than mixing two experiments in one file.
+    ``config`` is the agent's config and ``browser`` what its environment searches.  ``run_info`` holds
+    the settings that identify the run (benchmark or tasks, model, adapter, limit, seed ...); a resume
+    with different identity settings is refused rather than mixing two experiments in one file.  Items
+    already answered in ``out`` are not redone.  Setting ``stop`` (or a first SIGINT/SIGTERM) starts no
+    more episodes; those in flight are saved, then ``EvalStopped`` is raised and no results are written.
+    Raises ``StoreLocked`` when another run is writing to ``out``.
     """
-    from research_agent.agent import run_batch
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if task_type.name not in METRICS:
+        raise ValueError(f"no eval metrics for task type {task_type.name!r}; add them to eval.runner.METRICS")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    episodes = [task_type.item(it) for it in items]
+    ids = [e["id"] for e in episodes]
+    if len(set(ids)) != len(ids):
+        raise ValueError("items must have unique ids (resume matches them by id)")
     run = {
         "schema": RUN_SCHEMA,
-        "bench": bench,
+        "config_version": CONFIG_VERSION,
+        "task_type": task_type.name,
         "agent_config": config_dict(config),
-        "corpus": (corpus or CorpusSpec()).to_dict(),
         **(run_info or {}),
     }
-    store = TrajectoryStore(out_dir)
-    with store.lock():  # a second eval on the same --out would run and write every question again
-        _start_run(out_dir, run)
-
-        wanted = {str(it["id"]): it for it in items}
-        if len(wanted) != len(items):
-            raise ValueError("benchmark items must have unique ids (resume matches questions by id)")
+    stop = stop or threading.Event()
+    store = TrajectoryStore(out)
+    with store.lock():  # a second eval on the same --out would run and write every item again
+        start_run(out, run)
+        wanted = set(ids)
         done = {k: t for k, t in store.scan()[0].items() if k in wanted}
-        todo = [it for it in items if str(it["id"]) not in done]
+        todo = [e for e in episodes if e["id"] not in done]
         code = code_identity()
         if done and progress:
-            print(f"resuming {out_dir}: {len(done)} of {len(items)} questions already answered", file=sys.stderr)
-        older = {k: n for k, n in answer_code(list(done.values())).items() if k != code}
-        if older:  # said every time, not only with progress: `eval compare` refuses such a run
-            made = ", ".join(f"{n} by {short_code(k)}" if k != UNRECORDED else f"{n} from before answers recorded "
-                             "their code" for k, n in older.items())
-            print(f"warning: {sum(older.values())} of the answers resumed in {out_dir} were made by other code "
-                  f"({made}; this is {short_code(code)}); `eval compare` refuses a run of mixed code: "
-                  "use a new --out to answer every question again", file=sys.stderr)
+            print(f"resuming {out}: {len(done)} of {len(ids)} already answered", file=sys.stderr)
+        _warn_older_code(out, done, code)
 
         t0 = time.time()
         if todo:
-            with store.writer() as writer:
+            with store.writer() as writer, drain_on_signals(stop, drain_s):
 
                 def on_result(traj: Trajectory) -> None:
-                    item = wanted.get(traj.id, {})
-                    for key, value in item.items():  # gold must travel with the record, whatever the agent kept
-                        if key not in ("id", "question"):
-                            traj.gold.setdefault(key, value)
                     traj.meta["code"] = code  # which code made this answer: a resume may mix versions
                     writer.write(traj)
                     done[traj.id] = traj
 
-                run_batch(
-                    todo, policy, browser, config, progress=progress, on_result=on_result, concurrency=concurrency,
-                    guidance=guidance,
-                )
+                task_type.run(todo, policy, browser, config, progress=progress, on_result=on_result,
+                              concurrency=concurrency, stop=stop)
+        if stop.is_set():
+            saved = sum(1 for i in ids if i in done)
+            raise EvalStopped(f"stopped: {saved} of {len(ids)} saved in {out}; the same command resumes")
 
-        trajs = [done[str(it["id"])] for it in items if str(it["id"]) in done]
+        trajs = [done[i] for i in ids if i in done]
         results = {
             **run,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "n_items": len(items),
-            # the questions asked: a run directory may also hold answers to questions a benchmark no
+            "n_items": len(ids),
+            # the items asked: a run directory may also hold answers to questions a benchmark no
             # longer asks (left out as ill-posed), which comparisons must not pair
-            "question_ids": [str(it["id"]) for it in items],
-            "n_resumed": len(items) - len(todo),
+            "question_ids": ids,
+            "n_resumed": len(ids) - len(todo),
             "code": code,
             "answer_code": answer_code(trajs),
             "eval_seconds": time.time() - t0,
-            "metrics": qa_metrics(trajs),
+            "metrics": METRICS[task_type.name](trajs),
             "versions": versions(),
             "index_manifest": index_manifest(browser),
         }
-        write_json(out_dir / RESULTS, results)
+        write_json(out / RESULTS, results)
     return results
+
+
+def _warn_older_code(out: Path, done: dict[str, Trajectory], code: str) -> None:
+    """Said every time, not only with progress: `eval compare` refuses a run of mixed code."""
+    older = {k: n for k, n in answer_code(list(done.values())).items() if k != code}
+    if older:
+        made = ", ".join(f"{n} by {short_code(k)}" if k != UNRECORDED else f"{n} from before answers recorded "
+                         "their code" for k, n in older.items())
+        print(f"warning: {sum(older.values())} of the answers resumed in {out} were made by other code "
+              f"({made}; this is {short_code(code)}); `eval compare` refuses a run of mixed code: "
+              "use a new --out to answer every question again", file=sys.stderr)
 
 
 def load_run_trajectories(run_dir: str | Path) -> list[Trajectory]:
@@ -271,4 +248,4 @@ def load_run_trajectories(run_dir: str | Path) -> list[Trajectory]:
 
 
 __all__ = ["evaluate", "load_run_trajectories", "versions", "index_manifest", "config_dict", "code_identity",
-           "answer_code", "short_code", "UNRECORDED", "RESULTS"]
+           "answer_code", "short_code", "EvalStopped", "IDENTITY_KEYS", "METRICS", "UNRECORDED", "RESULTS"]

@@ -12,6 +12,7 @@ model saw.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -282,13 +283,15 @@ def no_tool_calls_left(traj: Trajectory, cfg: AgentConfig, counting_current: boo
 
 def run_batch(items: list[dict], policy, browser: Browser, config: AgentConfig | None = None, *,
               progress: bool = True, on_result: Callable[[Trajectory], None] | None = None,
-              concurrency: int = 8, guidance: Callable[[dict], str] | None = None) -> list[Trajectory]:
+              concurrency: int = 8, guidance: Callable[[dict], str] | None = None,
+              stop: threading.Event | None = None) -> list[Trajectory]:
     """Run many questions concurrently through one batched policy; results in input order.
 
     Each item is {"id", "question", "answers", ...}; everything but the question becomes the
     trajectory's gold.  Each trajectory gets its own forked browser (its own opened document).
     A question that cannot even start (empty, too long) yields a trajectory with stop_reason
-    "error" instead of aborting the batch.
+    "error" instead of aborting the batch.  Once ``stop`` is set, questions not yet started are
+    skipped while those in flight run to the end.
     """
     config = config or AgentConfig()
     tok, name = policy.tokenizer, getattr(policy, "name", "")
@@ -299,4 +302,5 @@ def run_batch(items: list[dict], policy, browser: Browser, config: AgentConfig |
         return ResearchEnvironment(tok, b, config, item.get("question", ""), id=str(item.get("id", i)), gold=gold,
                                    guidance=guidance(item) if guidance else "", model=name)
 
-    return run_episodes(items, policy, make_env, progress=progress, on_result=on_result, concurrency=concurrency)
+    return run_episodes(items, policy, make_env, progress=progress, on_result=on_result, concurrency=concurrency,
+                        stop=stop)

@@ -1,11 +1,12 @@
-"""Task types: everything a trainer needs to know about a kind of task, handed to it as one object.
+"""Task types: everything the trainer and the eval runner need to know about a kind of task, as one object.
 
-A task type says where tasks come from, how G rollout items are made of one task, which
-environment runs them (through the one agent loop), which browser that environment searches, the
-default reward, what counts as correct, which tools are worth counting, and where supervised
-examples come from.  The trainer (``research_agent.train``) takes one of these — as TRL's
-``GRPOTrainer`` takes a ``rollout_func`` or an environment — and never asks which kind it has, so a
-third kind of task is a third class here, not a branch in the trainer.
+A task type (``TaskType``) says where tasks come from, what one episode's item is (and so its id),
+how G rollout items are made of one task, which environment runs them (through the one agent loop),
+which browser that environment searches, the default reward, what counts as correct, which tools are
+worth counting, and where supervised examples come from.  The trainer (``research_agent.train``) and
+the eval runner (``eval.runner.evaluate``) take one of these — as TRL's ``GRPOTrainer`` takes a
+``rollout_func`` or an environment — and never ask which kind they have, so a third kind of task is a
+third class here, not a branch in either.
 
 A config here is any object with the trainer's fields (``TrainConfig``): ``tasks``, ``split``,
 ``corpus``, ``retrieval_url``, the turn/token limits, ``group_size``, ``concurrency`` ...
@@ -14,8 +15,11 @@ A config here is any object with the trainer's fields (``TrainConfig``): ``tasks
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from corpus.factbook import ill_posed
 from corpus.files import read_jsonl
@@ -39,8 +43,64 @@ def _limits(cfg: Any) -> dict[str, Any]:
                 max_total_tokens=cfg.max_total_tokens, temperature=cfg.temperature)
 
 
+class TaskType(Protocol):
+    """What the trainer and the eval runner ask of a kind of task.
+
+    ``cfg`` is the trainer's config (``TrainConfig``); ``config`` the agent's (what ``agent_config``
+    makes of ``cfg``, or what ``eval`` builds from its flags).  A task is what ``load_tasks`` returns;
+    an item is one episode's input, a dict whose ``"id"`` names it (the eval resumes by that id).
+    """
+
+    name: str  # "research", "code": --task-type, and what a run directory records
+    defaults: dict[str, Any]  # trainer config fields left unset take these (the reward, the budgets)
+    tools: tuple[str, ...]  # the tool calls the trainer counts per step
+
+    def prepare(self, cfg: Any) -> None:
+        """Checks before any model loads."""
+
+    def load_tasks(self, cfg: Any) -> list[Any]:
+        """The tasks the config names."""
+
+    def make_browser(self, cfg: Any) -> Any:
+        """What the environment searches (None where nothing is searched)."""
+
+    def agent_config(self, cfg: Any) -> Any:
+        """The agent's config for rollouts of this trainer config."""
+
+    def item(self, task: Any) -> dict:
+        """One episode's item for ``task``; its ``"id"`` is the task's."""
+
+    def group_items(self, task: Any, step: int, cfg: Any) -> list[dict]:
+        """The G rollout items of one task at one step; ids name task, step and sample."""
+
+    def run(self, items: list[dict], policy: Any, browser: Any, config: Any, *, progress: bool = True,
+            on_result: Callable[[Trajectory], None] | None = None, concurrency: int = 8,
+            stop: threading.Event | None = None) -> list[Trajectory]:
+        """Episodes of ``items`` through one batched policy; ``on_result`` sees each as it ends, and once
+        ``stop`` is set no more start (those in flight finish)."""
+
+    def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
+        """``run`` with the trainer's config: its agent config, concurrency, no progress bars."""
+
+    def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
+        """Whether an episode solved its task (the trainer's pass rate and dynamic filter)."""
+
+    def check_sft(self, cfg: Any) -> None:
+        """Before any model loads: what SFT needs is there."""
+
+    def sft_examples(self, tok: Any, cfg: Any, out: Path, resume: bool, progress: bool
+                     ) -> tuple[list[tuple[list[int], list[int]]], int]:
+        """(input_ids, loss_mask) examples for SFT, and how many were skipped."""
+
+
+@dataclass
 class ResearchTasks:
-    """Questions answered with search / open / find over a corpus; correct when F1 ≥ the threshold."""
+    """Questions answered with search / open / find over a corpus; correct when F1 ≥ the threshold.
+
+    ``guidance(item)`` is text put before each question (case memory, answer-format hints; ``eval qa``).
+    """
+
+    guidance: Callable[[dict], str] | None = None
 
     name: ClassVar[str] = "research"
     # Config fields left unset take these: F1 + action penalty (seed 003), short fast-template turns.
@@ -69,15 +129,32 @@ class ResearchTasks:
         return AgentConfig(template=cfg.template, context=cfg.context, context_tokens=cfg.context_tokens,
                            notes_tokens=cfg.notes_tokens, **_limits(cfg))
 
+    def item(self, task: dict) -> dict:
+        return {**task, "id": str(task.get("id", ""))}
+
     def group_items(self, task: dict, step: int, cfg: Any) -> list[dict]:
         """The G rollout items of one task at one step; ids name task, step and sample."""
         return [{**task, "id": f"{task.get('id', '')}::s{step}g{g}"} for g in range(cfg.group_size)]
 
-    def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
+    def run(self, items: list[dict], policy: Any, browser: Any, config: Any, *, progress: bool = True,
+            on_result: Callable[[Trajectory], None] | None = None, concurrency: int = 8,
+            stop: threading.Event | None = None) -> list[Trajectory]:
         from .agent import run_batch
 
-        return run_batch(items, policy, browser, self.agent_config(cfg), progress=False,
-                         concurrency=cfg.concurrency)
+        by_id = {str(it.get("id", "")): it for it in items}
+
+        def record(traj: Trajectory) -> None:
+            for key, value in by_id.get(traj.id, {}).items():  # gold travels with the record, whatever
+                if key not in ("id", "question"):  # the agent kept
+                    traj.gold.setdefault(key, value)
+            if on_result is not None:
+                on_result(traj)
+
+        return run_batch(items, policy, browser, config, progress=progress, on_result=record,
+                         concurrency=concurrency, guidance=self.guidance, stop=stop)
+
+    def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
+        return self.run(items, policy, browser, self.agent_config(cfg), progress=False, concurrency=cfg.concurrency)
 
     def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
         from rewards.qa import token_f1
@@ -154,14 +231,22 @@ class CodeTasks:
         return CodeAgentConfig(mode=cfg.code_mode, test_feedback=cfg.test_feedback, redraw_repeats=0,
                                **_limits(cfg))
 
+    def item(self, task: Any) -> dict:
+        return {"id": task.id, "task": task}
+
     def group_items(self, task: Any, step: int, cfg: Any) -> list[dict]:
         return [{"id": f"{task.id}::s{step}g{g}", "task": task} for g in range(cfg.group_size)]
 
-    def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
+    def run(self, items: list[dict], policy: Any, browser: Any, config: Any, *, progress: bool = True,
+            on_result: Callable[[Trajectory], None] | None = None, concurrency: int = 8,
+            stop: threading.Event | None = None) -> list[Trajectory]:
         from .code.agent import run_code_batch
 
-        return run_code_batch(items, policy, browser, self.agent_config(cfg), progress=False,
-                              concurrency=cfg.concurrency)
+        return run_code_batch(items, policy, browser, config, progress=progress, on_result=on_result,
+                              concurrency=concurrency, stop=stop)
+
+    def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
+        return self.run(items, policy, browser, self.agent_config(cfg), progress=False, concurrency=cfg.concurrency)
 
     def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
         return bool(traj.gold.get("passed"))
@@ -191,10 +276,10 @@ class CodeTasks:
         return examples, skipped
 
 
-TASK_TYPES: dict[str, Any] = {t.name: t for t in (ResearchTasks(), CodeTasks())}
+TASK_TYPES: dict[str, TaskType] = {t.name: t for t in (ResearchTasks(), CodeTasks())}
 
 
-def get_task_type(name: str) -> Any:
+def get_task_type(name: str) -> TaskType:
     if name not in TASK_TYPES:
         raise ValueError(f"task_type must be one of {', '.join(TASK_TYPES)}, not {name!r}")
     return TASK_TYPES[name]

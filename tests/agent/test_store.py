@@ -9,6 +9,7 @@ import pytest
 
 from eval.runner import evaluate
 from research_agent.store import LOCK_FILE, StoreError, StoreLocked, TrajectoryStore
+from research_agent.tasks import ResearchTasks
 from research_agent.trajectory import Trajectory
 
 
@@ -70,8 +71,8 @@ def test_an_eval_run_refuses_an_out_directory_another_run_is_writing(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(StoreLocked, match=f"pid {holder.pid}"):
-            evaluate([{"id": "q0", "question": "?", "answers": ["x"]}], object(), None, {}, tmp_path,
-                     bench="toy", progress=False)
+            evaluate(ResearchTasks(), [{"id": "q0", "question": "?", "answers": ["x"]}], object(), tmp_path,
+                     config={}, run_info={"bench": "toy"}, progress=False)
         assert not (tmp_path / "trajectories.jsonl").exists() and not (tmp_path / "run.json").exists()
     finally:
         holder.kill()

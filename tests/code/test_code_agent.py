@@ -377,7 +377,7 @@ def test_suggest_search_answers_an_api_mistake_with_the_query_once(smol, tasks, 
     assert search.action == "search" and search.info["hits"]
     assert "note" not in slip.info and "<search>" not in slip.observation  # a list has no items: not an API question
     assert submit.info["passed"] is True
-    from eval.code import code_metrics
+    from eval.code_metrics import code_metrics
 
     metrics = code_metrics([traj])  # the search came a turn late: suggested once, not taken
     assert metrics["suggested_searches"] == 1 and metrics["suggestions_taken"] == 0
@@ -402,6 +402,6 @@ def test_suggest_search_follows_a_failed_submission_that_names_an_api(smol, data
     assert "<search>pandas DataFrame append</search>" in submit.observation
     assert submit.info["suggested_search"] == "pandas DataFrame append"
     assert submit.info["note"].startswith("`DataFrame.append`") and traj.steps[1].action == "search"
-    from eval.code import code_metrics
+    from eval.code_metrics import code_metrics
 
     assert code_metrics([traj])["suggestions_taken"] == 1

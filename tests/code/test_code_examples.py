@@ -176,7 +176,7 @@ def test_a_failed_submission_names_the_earlier_run_that_passes_the_examples(smol
 
 
 def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, humaneval_all):
-    from eval.code import code_metrics
+    from eval.code_metrics import code_metrics
     from rewards.code import code_shaped_reward, code_torl_reward
 
     _, tok = smol
@@ -296,7 +296,7 @@ def test_a_run_that_repeats_a_run_that_raised_is_drawn_again(smol, humaneval_all
     traj = CodeAgent(policy, task, None, replace(cfg, max_turns=2, redraw_failed_runs=False)).run()
     assert traj.steps[1].info["repeat_of_run"] == 1 and "redrawn" not in traj.steps[1].info
     assert len(policy.settings) == 2 and "NameError" in traj.steps[1].error
-    from eval.code import code_metrics
+    from eval.code_metrics import code_metrics
 
     assert code_metrics([traj])["repeated_failed_runs"] == 1
 

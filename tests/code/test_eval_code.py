@@ -9,13 +9,18 @@ from pathlib import Path
 import pytest
 
 from corpus.files import seeded_subset
-from eval.code import api_docs_browser, code_metrics, evaluate_code, main, rl_result, select_ids
-from eval.rundir import RunDirError
+from eval.code import main, select_ids
+from eval.code_metrics import code_metrics
+from eval.code_modes import evaluate_code
+from eval.code_report import rl_result
+from eval.rundir import RunDirError, start_run
 from research_agent.code.agent import CodeAgentConfig
+from research_agent.code.apidocs import api_docs_browser
 from research_agent.code.tasks import load_tasks
 from tests.doubles import ScriptedPolicy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TODAY = {"task_type": "code", "config_version": 1}  # what a run.json written by this code adds to an older one
 
 
 class ModeAwarePolicy(ScriptedPolicy):
@@ -207,7 +212,7 @@ def test_ids_pick_named_tasks_in_task_order():
 
 
 def test_rescore_retests_saved_submissions_without_generating(smol, tasks, tmp_path):
-    from eval.code import rescore
+    from eval.code_rescore import rescore
 
     _, tok = smol
     policy = _policy(tok, tasks)
@@ -239,12 +244,33 @@ def test_rescore_retests_saved_submissions_without_generating(smol, tasks, tmp_p
         rescore(tmp_path / "empty", progress=False)
 
 
+def test_a_mode_directory_of_older_code_resumes(smol, tasks, tmp_path):
+    """Older code wrote a mode's run.json without task_type or config_version, and with only the agent
+    settings it knew; the same command resumes it (``rundir.migrate``) without running a task again."""
+    _, tok = smol
+    policy = _policy(tok, tasks)
+    info = {"tasks": "dataframebench:test", "model": "scripted", "adapter": None, "endpoint": None, "docs": None}
+    cfg = CodeAgentConfig(test_feedback=False)
+    evaluate_code(tasks, policy, None, ["no-tools"], tmp_path, config=cfg, run_info=info, progress=False)
+    path = tmp_path / "no-tools" / "run.json"
+    run = json.loads(path.read_text())
+    younger = ("redraw_seed", "suggest_search", "recall_passing_run", "observation_format")
+    old = {k: v for k, v in run.items() if k not in ("task_type", "config_version")}
+    old["agent_config"] = {k: v for k, v in run["agent_config"].items() if k not in younger}
+    path.write_text(json.dumps(old))
+    calls = len(policy.prompts)
+    again = evaluate_code(tasks, policy, None, ["no-tools"], tmp_path, config=cfg, run_info=info, progress=False)
+    assert len(policy.prompts) == calls and again["modes"]["no-tools"]["pass_at_1"] == 0.5
+    assert json.loads(path.read_text())["config_version"] == 1
+    mode = json.loads((tmp_path / "no-tools" / "results.json").read_text())
+    assert mode["question_ids"] == [t.id for t in tasks] and mode["n_resumed"] == 2
+
+
 def test_runs_made_before_observation_format_resume_only_where_it_cannot_matter(tmp_path):
     """An old run.json has no observation_format: it was made inline. A code-only resume with the
     new chat default is a different run; a no-tools resume (no result is ever shown) is not."""
     import dataclasses
 
-    from eval.code import _start_mode
     from research_agent.code.agent import CodeAgentConfig
 
     for mode, same in (("no-tools", True), ("code-only", False)):
@@ -263,17 +289,17 @@ def test_runs_made_before_observation_format_resume_only_where_it_cannot_matter(
         d.mkdir()
         (d / "run.json").write_text(json.dumps({**info, "agent_config": old}))
         if same:
-            _start_mode(d, {**info, "agent_config": new})
+            start_run(d, {**info, **TODAY, "agent_config": new})
             assert json.loads((d / "run.json").read_text())["agent_config"]["observation_format"] == "chat"
         else:
             with pytest.raises(RunDirError, match="observation_format"):
-                _start_mode(d, {**info, "agent_config": new})
+                start_run(d, {**info, **TODAY, "agent_config": new})
             inline = dataclasses.replace(CodeAgentConfig(mode=mode), observation_format="inline").to_dict()
-            _start_mode(d, {**info, "agent_config": inline})  # asking for the old format resumes it
+            start_run(d, {**info, **TODAY, "agent_config": inline})  # asking for the old format resumes it
 
 
 def test_runs_made_before_loop_stopping_resume_only_without_it(tmp_path, capsys):
-    from eval.code import _start_mode, build_parser, code_config
+    from eval.code import build_parser, code_config
     from research_agent.code.agent import CodeAgentConfig
 
     def config_from_pairs(pairs):
@@ -289,12 +315,11 @@ def test_runs_made_before_loop_stopping_resume_only_without_it(tmp_path, capsys)
             "docs": None}
     (tmp_path / "run.json").write_text(json.dumps({**info, "agent_config": old}))
     with pytest.raises(RunDirError, match="stop_loops"):
-        _start_mode(tmp_path, {**info, "agent_config": new})
-    _start_mode(tmp_path, {**info, "agent_config": {**new, "stop_loops": False}})
+        start_run(tmp_path, {**info, **TODAY, "agent_config": new})
+    start_run(tmp_path, {**info, **TODAY, "agent_config": {**new, "stop_loops": False}})
 
 
 def test_runs_made_before_the_submit_hint_resume_without_it_or_in_no_tools(tmp_path):
-    from eval.code import _start_mode
     from research_agent.code.agent import CodeAgentConfig
 
     info = {"schema": 1, "tasks": "t", "model": "m", "adapter": None, "endpoint": None, "docs": None}
@@ -305,11 +330,11 @@ def test_runs_made_before_the_submit_hint_resume_without_it_or_in_no_tools(tmp_p
         d.mkdir()
         (d / "run.json").write_text(json.dumps({**info, "mode": mode, "agent_config": old}))
         if same:
-            _start_mode(d, {**info, "mode": mode, "agent_config": new})
+            start_run(d, {**info, **TODAY, "mode": mode, "agent_config": new})
             continue
         with pytest.raises(RunDirError, match="submit_hint"):
-            _start_mode(d, {**info, "mode": mode, "agent_config": new})
-        _start_mode(d, {**info, "mode": mode, "agent_config": {**new, "submit_hint": False}})
+            start_run(d, {**info, **TODAY, "mode": mode, "agent_config": new})
+        start_run(d, {**info, **TODAY, "mode": mode, "agent_config": {**new, "submit_hint": False}})
 
 
 class StoppingPolicy(ModeAwarePolicy):
@@ -327,13 +352,13 @@ class StoppingPolicy(ModeAwarePolicy):
 def test_a_stop_saves_the_task_in_flight_skips_the_rest_and_resumes(smol, tasks, docs, tmp_path):
     import threading
 
-    from eval.code import EvalStopped
+    from eval.drain import EvalStopped
 
     _, tok = smol
     solutions = _policy(tok, tasks).solutions
     stop = threading.Event()
     info = {"tasks": "dataframebench:test", "model": "scripted", "adapter": None}
-    with pytest.raises(EvalStopped, match="1 of 2 no-tools tasks saved"):
+    with pytest.raises(EvalStopped, match="1 of 2 saved in .*no-tools"):
         evaluate_code(tasks, StoppingPolicy(tok, solutions, stop), docs, ["no-tools"], tmp_path, run_info=info,
                       progress=False, concurrency=1, stop=stop)
     lines = (tmp_path / "no-tools" / "trajectories.jsonl").read_text().splitlines()
@@ -349,7 +374,7 @@ def test_first_signal_asks_for_a_drain_not_an_exit():
     import signal
     import threading
 
-    from eval.code import drain_on_signals
+    from eval.drain import drain_on_signals
 
     stop = threading.Event()
     before = signal.getsignal(signal.SIGINT)
@@ -367,7 +392,8 @@ def test_a_drain_with_a_deadline_aborts_the_tasks_still_in_flight():
     import threading
     import time
 
-    from eval.code import drain_on_signals, main
+    from eval.code import main
+    from eval.drain import drain_on_signals
 
     stop, aborted = threading.Event(), threading.Event()
     with drain_on_signals(stop, drain_s=0.2, abort=lambda signum: aborted.set()):
@@ -395,7 +421,7 @@ def test_a_drain_deadline_ends_a_real_process():
     child = subprocess.Popen(
         [sys.executable, "-c",
          "import threading, time\n"
-         "from eval.code import drain_on_signals\n"
+         "from eval.drain import drain_on_signals\n"
          "with drain_on_signals(threading.Event(), drain_s=0.5):\n"
          "    print('ready', flush=True)\n"
          "    time.sleep(60)  # a task still in flight\n"],

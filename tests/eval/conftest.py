@@ -20,12 +20,14 @@ class ScriptedBatch:
     guidance: dict[str, str] = field(default_factory=dict)  # item id -> guidance text it was given
 
     def __call__(self, items, policy, browser, config=None, *, progress=True, on_result=None, concurrency=8,
-                 guidance=None):
+                 guidance=None, stop=None):
         self.calls.append([it["id"] for it in items])
         if guidance is not None:
             self.guidance.update({it["id"]: guidance(it) for it in items})
         out = []
         for n, item in enumerate(items):
+            if stop is not None and stop.is_set():  # as the agent: nothing starts once stopped
+                break
             if self.interrupt_after is not None and n == self.interrupt_after:
                 raise KeyboardInterrupt
             answer = "wrong" if item["id"] in self.wrong else item["answers"][0]

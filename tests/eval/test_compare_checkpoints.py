@@ -12,6 +12,7 @@ from eval.cli import main
 from eval.compare import compare_runs
 from eval.rundir import RunDirError
 from eval.runner import evaluate
+from research_agent.tasks import ResearchTasks
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -20,16 +21,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def make_run(scripted, make_items):
     def run(out, wrong=()):
         scripted.wrong = set(wrong)
-        evaluate(
-            make_items(4),
-            object(),
-            object(),
-            {},
-            out,
-            bench="toy",
-            run_info={"model": out.name},
-            progress=False,
-        )
+        evaluate(ResearchTasks(), make_items(4), object(), out, config={}, browser=object(),
+                 run_info={"bench": "toy", "model": out.name}, progress=False)
 
     return run
 
@@ -194,11 +187,11 @@ def test_compare_pairs_only_the_questions_each_run_asked(scripted, make_items, t
     items = make_items(6)
     for name, wrong in (("base", {"q0", "q1", "q5"}), ("trained", {"q5"})):
         scripted.wrong = wrong
-        evaluate(items, object(), object(), {}, tmp_path / name, bench="toy", run_info={"model": name},
-                 progress=False)
+        evaluate(ResearchTasks(), items, object(), tmp_path / name, config={}, browser=object(),
+                 run_info={"bench": "toy", "model": name}, progress=False)
         # the benchmark drops q5 (the trained run got it wrong too): resume over the five still asked
-        evaluate(items[:5], object(), object(), {}, tmp_path / name, bench="toy", run_info={"model": name},
-                 progress=False)
+        evaluate(ResearchTasks(), items[:5], object(), tmp_path / name, config={}, browser=object(),
+                 run_info={"bench": "toy", "model": name}, progress=False)
     compare_runs([tmp_path / "base", tmp_path / "trained"], tmp_path / "cmp")
     paired = (tmp_path / "cmp" / "paired.md").read_text()
     assert "| trained | 5 | 2 | 0 |" in paired

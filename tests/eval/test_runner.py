@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from eval.rundir import RunDirError, load_results
+from eval.drain import EvalStopped
+from eval.rundir import CONFIG_VERSION, RunDirError, load_results, migrate
 from eval.runner import evaluate
 from research_agent.store import TrajectoryStore
+from research_agent.tasks import ResearchTasks
 
 
 class FakeBrowser:
@@ -19,8 +21,8 @@ CONFIG = {"template": "fast", "max_turns": 4}
 
 
 def run(items, out, **kw):
-    kw.setdefault("run_info", {"model": "m"})
-    return evaluate(items, object(), FakeBrowser(), CONFIG, out, bench="toy", progress=False, **kw)
+    kw["run_info"] = {"bench": "toy", **kw.get("run_info", {"model": "m"})}
+    return evaluate(ResearchTasks(), items, object(), out, config=CONFIG, browser=FakeBrowser(), progress=False, **kw)
 
 
 def test_results_json_records_config_versions_and_manifest(scripted, make_items, tmp_path):
@@ -68,6 +70,55 @@ def test_larger_limit_extends_the_same_run(scripted, make_items, tmp_path):
     run(items[:2], tmp_path / "r", run_info={"model": "m", "limit": 2})
     results = run(items, tmp_path / "r", run_info={"model": "m", "limit": 6})
     assert scripted.calls[-1] == ["q2", "q3", "q4", "q5"] and results["metrics"]["n"] == 6
+
+
+def test_a_run_directory_of_older_code_resumes(scripted, make_items, tmp_path):
+    """Older code wrote run.json without task_type or config_version and answers without the code that
+    made them; the same command resumes such a directory (``rundir.migrate``) and answers only the rest."""
+    from eval.benchmarks import CorpusSpec
+
+    items, out = make_items(4), tmp_path / "r"
+    info = {"model": "m", "adapter": None, "endpoint": None, "corpus": CorpusSpec().to_dict()}
+    run(items[:2], out, run_info=info)
+    old = {"schema": 1, "bench": "toy", "agent_config": CONFIG, **info}  # what eval qa wrote before
+    (out / "run.json").write_text(json.dumps(old))
+    store = out / "trajectories.jsonl"
+    rows = [json.loads(line) for line in store.read_text().splitlines()]
+    store.write_text("".join(json.dumps({**r, "meta": {}}) + "\n" for r in rows))
+
+    results = run(items, out, run_info=info)
+    assert scripted.calls[-1] == ["q2", "q3"] and results["n_resumed"] == 2 and results["metrics"]["n"] == 4
+    assert results["question_ids"] == ["q0", "q1", "q2", "q3"] and results["answer_code"]["unrecorded"] == 2
+    now = json.loads((out / "run.json").read_text())
+    assert now["task_type"] == "research" and now["config_version"] == CONFIG_VERSION
+    (out / "run.json").write_text(json.dumps({**old, "model": "other"}))
+    with pytest.raises(RunDirError, match="different run.*model"):  # migrated, still compared
+        run(items, out, run_info=info)
+
+
+def test_migrate_brings_an_older_run_json_to_todays_layout(tmp_path):
+    from research_agent.code.agent import CodeAgentConfig
+
+    qa = {"schema": 1, "bench": "toy", "agent_config": CONFIG, "model": "m"}
+    assert migrate(qa) == {**qa, "task_type": "research", "config_version": CONFIG_VERSION}
+    today = CodeAgentConfig(mode="code-only", test_feedback=False).to_dict()
+    older = {k: v for k, v in today.items() if k not in ("redraw_seed", "suggest_search")}
+    code = migrate({"schema": 1, "mode": "code-only", "tasks": "t", "agent_config": older})
+    assert code["task_type"] == "code" and code["agent_config"] == today  # both at the values that reproduce it
+    assert migrate(code) is code  # today's layout is left as it is
+    with pytest.raises(RunDirError, match="newer than this code"):
+        migrate({**qa, "config_version": CONFIG_VERSION + 1})
+
+
+def test_a_stop_saves_what_finished_and_writes_no_results(scripted, make_items, tmp_path):
+    import threading
+
+    stop = threading.Event()
+    stop.set()  # as after a first Ctrl-C: nothing more starts
+    with pytest.raises(EvalStopped, match="0 of 3 saved"):
+        run(make_items(3), tmp_path / "r", stop=stop)
+    assert not (tmp_path / "r" / "results.json").exists()
+    assert run(make_items(3), tmp_path / "r")["metrics"]["n"] == 3  # the same command resumes
 
 
 def test_resume_refuses_a_different_experiment(scripted, make_items, tmp_path):
