@@ -98,17 +98,9 @@ def versions() -> dict[str, Any]:
     return out
 
 
-def write_raw(bench: str, args: Namespace | None, data: dict[str, Any], *, variant: str = "") -> Path | None:
-    """Write ``data`` (the run's measurements) with the run's context; return the file (None if disabled).
-
-    ``variant`` names what the file measures when one bench measures several things that each get
-    their own rows (a model, a retriever); the table uses the newest file of each (bench, variant).
-    """
-    raw_dir = getattr(args, "raw_dir", str(RAW_DIR)) if args is not None else str(RAW_DIR)
-    if not raw_dir:
-        return None
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(_STARTED))
-    record = {
+def raw_record(bench: str, args: Namespace | None, data: dict[str, Any], *, variant: str = "") -> dict[str, Any]:
+    """``data`` (the run's measurements) with the run's context: what ``write_raw`` writes."""
+    return {
         "schema": SCHEMA,
         "bench": bench,
         "variant": re.sub(r"[^A-Za-z0-9._-]+", "_", variant),
@@ -122,9 +114,27 @@ def write_raw(bench: str, args: Namespace | None, data: dict[str, Any], *, varia
         "versions": versions(),
         **data,
     }
+
+
+def raw_name(record: dict[str, Any]) -> str:
+    """The file name a record is committed under in docs/results/bench/: bench, variant, start time."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.strptime(record["started"][:19], "%Y-%m-%dT%H:%M:%S"))
+    return f"{record['bench']}{'-' + record['variant'] if record['variant'] else ''}-{stamp}.json"
+
+
+def write_raw(bench: str, args: Namespace | None, data: dict[str, Any], *, variant: str = "") -> Path | None:
+    """Write ``data`` (the run's measurements) with the run's context; return the file (None if disabled).
+
+    ``variant`` names what the file measures when one bench measures several things that each get
+    their own rows (a model, a retriever); the table uses the newest file of each (bench, variant).
+    """
+    raw_dir = getattr(args, "raw_dir", str(RAW_DIR)) if args is not None else str(RAW_DIR)
+    if not raw_dir:
+        return None
+    record = raw_record(bench, args, data, variant=variant)
     out = Path(raw_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{bench}{'-' + record['variant'] if variant else ''}-{stamp}.json"
+    path = out / raw_name(record)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)

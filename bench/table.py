@@ -293,6 +293,54 @@ def gpu_profile_rows(raw: dict[str, Any]) -> list[Row]:
              f"{sdpa['generate_s'] / eager['generate_s']:.2f}× (one run)" if eager else "—", "—")]
 
 
+def _on(raw: dict[str, Any]) -> str:
+    """Where a GPU check ran: the GPU's name and the precision, or the CPU (a dry run)."""
+    return f"on {raw['gpu']} ({raw.get('dtype', 'auto')})" if raw.get("gpu") else "on the CPU, a dry run"
+
+
+def gpu_throughput_rows(raw: dict[str, Any]) -> list[Row]:
+    rounds, a = raw["rounds"], raw["agent"]
+    ours = [r["rollout"]["tokens_per_s"] for r in rounds]
+    bare = [r["bare_generate"]["tokens_per_s"] for r in rounds]
+    busy = [r["rollout"]["gpu_busy_pct"] for r in rounds if r["rollout"].get("gpu_busy_pct") is not None]
+    t = raw["target"]
+    bench = (f"`bench/gpu_check.py --throughput` ({raw['model']} + LoRA r16, {raw['rows']} concurrent agent rows "
+             f"({raw['rows'] // raw['group_size']} questions × G{raw['group_size']}), ≤ {a['max_turns']} turns × "
+             f"{raw['new_tokens']} tokens at T 1.0, {raw['decode']} decode, {raw['retriever']}; {_on(raw)}; "
+             f"{len(rounds)} alternating rounds after a warm-up)")
+    figure = f"rollout {spread(ours, '.0f', ' generated tok/s')}"
+    if busy:
+        figure += f"; GPU busy {spread(busy, '.0f', ' %')}"
+    reference = (f"bare batched HF `generate` of the same rows' opening prompts, the same {raw['new_tokens']}-token "
+                 f"cap: {spread(bare, '.0f', ' tok/s')}")
+    ratio = [r["ratio"] for r in rounds]
+    if t.get("met") is None:
+        verdict = "— (the goal is for 64 rows on a GPU)"
+    else:
+        verdict = (f"≥ {t['tokens_per_s']:g} tok/s and ≥ {t['ratio']:g}× bare: "
+                   f"**{'met' if t['met'] else 'missed'}**")
+    return [(bench, figure, reference, f"**{spread(ratio, '.2f', '×')}**", verdict)]
+
+
+def gpu_recipe_rows(raw: dict[str, Any]) -> list[Row]:
+    c, rl, sft, ev = raw["config"], raw["rl"], raw["sft"], raw["eval"]
+    p = ev["paired"]
+    bench = (f"`bench/gpu_check.py --recipe` ({raw['model']}: {c['demos']} demonstrations → SFT → {rl['steps']} RL "
+             f"steps × {rl['rows_per_step']} rows → `eval qa` of base and trained on {p['n']} {ev['bench']} "
+             f"questions, {raw['corpus']['profiles']} Factbook profiles, {raw['retriever']}; {_on(raw)})")
+    busy = f", GPU busy {rl['gpu_busy_pct']:.0f} %" if rl.get("gpu_busy_pct") is not None else ""
+    peak = f"; peak {raw['peak_gpu_gb']:.2f} GB" if raw.get("peak_gpu_gb") is not None else ""
+    figure = (f"{raw['total_s'] / 60:.1f} min in all; RL {rl['s_per_step']:.2f} s/step (rollout "
+              f"{rl['rollout_s_per_step']:.2f}, update {rl['update_s_per_step']:.2f}), {rl['generated_tokens_per_s']:.0f} "
+              f"generated tok/s{busy}; SFT {sft['s_per_step']:.2f} s/step{peak}")
+    reference = (f"the base model on the same questions: EM {ev['base']['em']:.3f}, F1 {ev['base']['f1']:.3f}; "
+                 f"trained EM {ev['trained']['em']:.3f}, F1 {ev['trained']['f1']:.3f}")
+    ratio = (f"paired F1 **{p['f1_diff']:+.3f}** [{p['f1_ci'][0]:+.3f}, {p['f1_ci'][1]:+.3f}] "
+             f"({p['em_wins']} wins, {p['em_losses']} losses)")
+    verdict = goal(raw["total_s"] / 60, 8, unit=" min") if raw.get("gpu") else "— (the goal is for one GPU call)"
+    return [(bench, figure, reference, ratio, verdict)]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "agent_step": agent_step_rows,
     "train_step": train_step_rows,
@@ -305,6 +353,8 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "first_answer": first_answer_rows,
     "memory": memory_rows,
     "gpu_profile": gpu_profile_rows,
+    "gpu_throughput": gpu_throughput_rows,
+    "gpu_recipe": gpu_recipe_rows,
 }
 
 
