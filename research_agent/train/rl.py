@@ -493,13 +493,13 @@ def collapse_alarm(history: list[dict], cfg: TrainConfig) -> str | None:
     trained = [r for r in history if r.get("trained_trajectories", 1)]  # entropy is 0 when nothing trained
     if len(trained) >= 5 and all(r.get("entropy", 1.0) < ENTROPY_FLOOR for r in trained[-5:]):
         return f"entropy collapsed: below {ENTROPY_FLOOR} nats per token for the last 5 trained steps"
-    if len(history) >= 10:
-        early, late = history[-10:-5], history[-5:]
-        for key, floor in (("reward", 0.2), ("answer_rate", 0.2), ("entropy", 0.05)):
-            if not all(key in r for r in history[-10:]):
-                continue
-            a = sum(r[key] for r in early) / 5
-            b = sum(r[key] for r in late) / 5
-            if a > floor and b < 0.3 * a:
-                return f"{key} collapsed from {a:.3f} to {b:.3f} over the last 10 steps"
+    for key, floor in (("reward", 0.2), ("answer_rate", 0.2), ("entropy", 0.05)):
+        # entropy is measured on trained trajectories only: a step that trained nothing logs 0
+        rows = trained if key == "entropy" else history
+        if len(rows) < 10 or not all(key in r for r in rows[-10:]):
+            continue
+        a = sum(r[key] for r in rows[-10:-5]) / 5
+        b = sum(r[key] for r in rows[-5:]) / 5
+        if a > floor and b < 0.3 * a:
+            return f"{key} collapsed from {a:.3f} to {b:.3f} over the last 10 steps"
     return None

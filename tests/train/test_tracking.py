@@ -23,6 +23,9 @@ def test_alarms_name_each_collapse_and_stay_quiet_on_a_healthy_run():
     # a step that trained nothing logs entropy 0: that is not a collapse
     assert collapse_alarm(rows(6, entropy=lambda i: 0.8 if i % 2 else 0.0,
                                trained_trajectories=lambda i: 8 if i % 2 else 0), cfg) is None
+    # ... nor over a 10-step window: the run that raised this falsely had 4 untrained steps among its last 5
+    assert collapse_alarm(rows(14, entropy=lambda i: 0.0 if i in (9, 10, 11, 13) else 0.6,
+                               trained_trajectories=lambda i: 0 if i in (9, 10, 11, 13) else 8), cfg) is None
     assert "reward collapsed" in collapse_alarm(rows(10, reward=lambda i: 0.6 if i < 5 else 0.05), cfg)
     assert "KL" in collapse_alarm(rows(1, kl=5.0), cfg)
     assert "NaN" in collapse_alarm(rows(1, loss=float("nan")), cfg)
