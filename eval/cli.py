@@ -59,7 +59,9 @@ def _add_bench_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="corpus index directory (default: the benchmark's own or the default corpus)",
     )
-    p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid")
+    from corpus.local import add_retriever_flag
+
+    add_retriever_flag(p)
     from research_agent.agent import AgentConfig
 
     add_config_flags(p, AgentConfig)

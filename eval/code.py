@@ -83,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated modules to document when the docs corpus is built (default: all)",
     )
-    p.add_argument("--retriever", default="hybrid", help="dense, bm25 or hybrid (docs search)")
+    from corpus.local import RETRIEVER_HELP, add_retriever_flag
+
+    add_retriever_flag(p, help=RETRIEVER_HELP + " (the API-docs search)")
     add_config_flags(p, CodeAgentConfig)
     add_device_flags(p, quantize=True)
     p.add_argument("--allow-unsafe-sandbox", action="store_true",
