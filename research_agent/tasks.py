@@ -8,7 +8,7 @@ examples come from.  The trainer (``research_agent.train``) takes one of these â
 third kind of task is a third class here, not a branch in the trainer.
 
 A config here is any object with the trainer's fields (``TrainConfig``): ``tasks``, ``split``,
-``corpus``, ``retrieval_url``, the turn/token limits, ``group_size``, ``concurrency`` ...
+``retrieval``, ``agent`` (the rollouts' agent config), ``group_size``, ``compute.concurrency`` ...
 """
 
 from __future__ import annotations
@@ -34,11 +34,6 @@ def default_task_file() -> Path:
     return Path(__file__).resolve().parent / "data" / "factbook_qa.jsonl"
 
 
-def _limits(cfg: Any) -> dict[str, Any]:
-    return dict(max_turns=cfg.max_turns, max_tool_calls=cfg.max_tool_calls, max_new_tokens=cfg.max_new_tokens,
-                max_total_tokens=cfg.max_total_tokens, temperature=cfg.temperature)
-
-
 class ResearchTasks:
     """Questions answered with search / open / find over a corpus; correct when F1 â‰¥ the threshold."""
 
@@ -61,13 +56,11 @@ class ResearchTasks:
     def make_browser(self, cfg: Any) -> Any:
         from corpus import open_browser
 
-        return open_browser(corpus=cfg.corpus, retrieval_url=cfg.retrieval_url, retriever=cfg.retriever)
+        return open_browser(corpus=cfg.retrieval.corpus, retrieval_url=cfg.retrieval.url,
+                            retriever=cfg.retrieval.retriever)
 
     def agent_config(self, cfg: Any) -> Any:
-        from .agent import AgentConfig
-
-        return AgentConfig(template=cfg.template, context=cfg.context, context_tokens=cfg.context_tokens,
-                           notes_tokens=cfg.notes_tokens, **_limits(cfg))
+        return cfg.agent
 
     def group_items(self, task: dict, step: int, cfg: Any) -> list[dict]:
         """The G rollout items of one task at one step; ids name task, step and sample."""
@@ -77,12 +70,12 @@ class ResearchTasks:
         from .agent import run_batch
 
         return run_batch(items, policy, browser, self.agent_config(cfg), progress=False,
-                         concurrency=cfg.concurrency)
+                         concurrency=cfg.compute.concurrency)
 
     def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
         from rewards.qa import token_f1
 
-        return token_f1(traj.answer, traj.gold.get("answers", [])) >= cfg.pass_threshold
+        return token_f1(traj.answer, traj.gold.get("answers", [])) >= cfg.scoring.pass_threshold
 
     def check_sft(self, cfg: Any) -> None:
         """Before any model loads: SFT needs an export to learn from."""
@@ -94,7 +87,7 @@ class ResearchTasks:
         """Exported trajectories (``synth sft-export``) rendered with the student's tokenizer."""
         examples, skipped = [], 0
         for r in load_sft_records(cfg.tasks):
-            found = render_examples(tok, r, cfg)
+            found = render_examples(tok, r, cfg.agent)
             examples += found
             skipped += not found
         return examples, skipped
@@ -115,7 +108,7 @@ class CodeTasks:
         from .code.sandbox import SandboxError, require_contained
 
         try:
-            level = require_contained(cfg.allow_unsafe_sandbox)
+            level = require_contained(cfg.code.allow_unsafe_sandbox)
         except SandboxError as e:
             raise TaskSetupError(f"error: {e}") from None
         print(f"code sandbox: {level}", file=sys.stderr)
@@ -136,23 +129,18 @@ class CodeTasks:
     def make_browser(self, cfg: Any) -> Any:
         """API docs for multi-tool (the cached corpus ``eval code`` uses too, so a policy is evaluated
         against the documentation it learned to search); no browser for the other modes."""
-        if cfg.code_mode != "multi-tool":
+        if cfg.agent.mode != "multi-tool":
             return None
-        if cfg.retrieval_url:
+        if cfg.retrieval.url:
             from corpus import open_browser
 
-            return open_browser("remote", retrieval_url=cfg.retrieval_url)
+            return open_browser("remote", retrieval_url=cfg.retrieval.url)
         from .code.apidocs import api_docs_browser
 
-        return api_docs_browser(cfg.corpus, cfg.docs_modules or None, retriever=cfg.retriever)
+        return api_docs_browser(cfg.retrieval.corpus, cfg.code.docs_modules or None, retriever=cfg.retrieval.retriever)
 
     def agent_config(self, cfg: Any) -> Any:
-        from .code.agent import CodeAgentConfig
-
-        # rollouts take every turn as sampled: a repeated failed submission must cost reward, not be
-        # drawn again out of the policy's sight
-        return CodeAgentConfig(mode=cfg.code_mode, test_feedback=cfg.test_feedback, redraw_repeats=0,
-                               **_limits(cfg))
+        return cfg.agent
 
     def group_items(self, task: Any, step: int, cfg: Any) -> list[dict]:
         return [{"id": f"{task.id}::s{step}g{g}", "task": task} for g in range(cfg.group_size)]
@@ -161,7 +149,7 @@ class CodeTasks:
         from .code.agent import run_code_batch
 
         return run_code_batch(items, policy, browser, self.agent_config(cfg), progress=False,
-                              concurrency=cfg.concurrency)
+                              concurrency=cfg.compute.concurrency)
 
     def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
         return bool(traj.gold.get("passed"))
@@ -179,12 +167,12 @@ class CodeTasks:
         if not resume and path.exists():
             path.unlink()
         demos = build_demos(self.load_tasks(cfg), tok, self.agent_config(cfg), path,
-                            docs_browser=self.make_browser(cfg), limit=cfg.demo_tasks, recovery=cfg.demo_recovery,
+                            docs_browser=self.make_browser(cfg), limit=cfg.code.demo_tasks, recovery=cfg.code.demo_recovery,
                             progress=progress)
         examples, skipped = [], 0
         for traj in demos:
             for ids, mask in traj.sequences():
-                if len(ids) <= cfg.max_total_tokens and any(mask):
+                if len(ids) <= cfg.agent.max_total_tokens and any(mask):
                     examples.append((ids, mask))
                 else:
                     skipped += 1
