@@ -71,9 +71,10 @@ def record(model, tok, browser, corpus_dir: Path, docs_browser, code_tasks, work
                           concurrency=1)
     tasks = work / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({**q, "split": "train"}) + "\n" for q in QUESTIONS[:2]))
-    cfg = TrainConfig(model="smollm2-135m", tasks=str(tasks), corpus=str(corpus_dir), steps=1, group_size=2,
-                      prompts_per_step=2, lr=1e-3, filter_low=0.0, filter_high=1.0, filter_zero_variance=False,
-                      drop_void_turns=False, concurrency=1, out=str(work / "rl"), max_turns=3)
+    cfg = TrainConfig(model="smollm2-135m", tasks=str(tasks), retrieval={"corpus": str(corpus_dir)}, steps=1,
+                      group_size=2, prompts_per_step=2, lr=1e-3,
+                      filters={"low": 0.0, "high": 1.0, "zero_variance": False, "drop_void_turns": False},
+                      compute={"concurrency": 1}, out=str(work / "rl"), agent={"max_turns": 3})
     summary = train_rl(cfg, browser=browser, progress=False)
     row = summary["final"]
     from safetensors.torch import load_file

@@ -40,7 +40,7 @@ def test_config_files_are_read_strictly(tmp_path):
     from research_agent.train.config import TrainConfig, load_config
 
     cfg = build(TrainConfig, load_file(good))
-    assert cfg.share_prefix is False and cfg.steps == 3 and cfg.lora_targets == ["q_proj"]  # "no" is not True
+    assert cfg.compute.share_prefix is False and cfg.steps == 3 and cfg.lora.targets == ["q_proj"]  # "no" is not True
     yaml = tmp_path / "run.yaml"
     yaml.write_text("steps: 4\ngradient_checkpointing: true\n")
     assert load_config(["--config", str(yaml)])[0].steps == 4
@@ -72,7 +72,7 @@ def test_a_bare_boolean_flag_means_true():
     from research_agent.train.config import load_config
 
     cfg, _ = load_config(["--allow-unsafe-sandbox", "--share-prefix", "false"])
-    assert cfg.allow_unsafe_sandbox is True and cfg.share_prefix is False
+    assert cfg.code.allow_unsafe_sandbox is True and cfg.compute.share_prefix is False
 
 
 def test_the_same_flag_means_the_same_in_ask_eval_and_synth():

@@ -189,8 +189,8 @@ def test_code_sft_stage_trains_lora_on_the_demonstrations(tmp_path, spec):
     from research_agent.train.config import TrainConfig
     from research_agent.train.sft import train_sft
 
-    cfg = TrainConfig(stage="sft", task_type="code", tasks=spec, code_mode="code-only", out=str(tmp_path / "sft"),
-                      epochs=1, micro_batch=2, lr=1e-3, checkpoint_every=1)
+    cfg = TrainConfig(stage="sft", task_type="code", tasks=spec, agent={"mode": "code-only"}, out=str(tmp_path / "sft"),
+                      epochs=1, compute={"micro_batch": 2}, lr=1e-3, checkpoints={"every": 1})
     summary = train_sft(cfg, progress=False)
     assert summary["examples"] == 2 and summary["steps"] == 1
     out = tmp_path / "sft"

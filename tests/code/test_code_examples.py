@@ -305,5 +305,5 @@ def test_rl_rollouts_take_every_turn_as_drawn():
     from research_agent.tasks import CodeTasks
     from research_agent.train.config import TrainConfig
 
-    cfg = CodeTasks().agent_config(TrainConfig(task_type="code", code_mode="code-only"))
+    cfg = CodeTasks().agent_config(TrainConfig(task_type="code", agent={"mode": "code-only"}))
     assert cfg.redraw_repeats == 0 and cfg.test_feedback is True
