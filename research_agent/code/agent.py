@@ -24,7 +24,7 @@ from typing import Any
 from research_agent.code.env import MODES, CodeEnvironment, chat_observation_frame, task_gold, used_calls
 from research_agent.code.sandbox import DEFAULT_LIMITS, TEST_LIMITS, SandboxLimits
 from research_agent.code.tasks import CodeTask
-from research_agent.loop import MAX_CONTINUATIONS, run_episode, run_episodes
+from research_agent.loop import run_episode, run_episodes
 from research_agent.trajectory import Step, Trajectory
 
 OBSERVATION_FORMATS = ("chat", "inline")
@@ -71,15 +71,6 @@ class CodeAgentConfig:
             "help": "end a turn once it ends in a loop (one block of tokens repeated 4+ times; "
             "research_agent.inference.policy.ends_in_loop): small models loop to the token limit, and the "
             "turn is invalid either way"
-        },
-    )
-
-    continue_quotes: bool = field(
-        default=False,
-        metadata={
-            "help": "continue a turn cut at a bare ``` line that ends no action (a quoted error) until a "
-            "tagged block closes (code.env.turn_continues). Off by default: smollm2 after code SFT+RL, "
-            "on the 7 test tasks where it quoted errors so, went on with runs of bare fences (submitted 3/7 -> 0/7)"
         },
     )
 
@@ -176,18 +167,6 @@ class CodeAgentConfig:
         },
     )
 
-    suggest_search: bool = field(
-        default=False,
-        metadata={
-            "help": "multi-tool: a run or a failed submission whose error is a library API mistake ('DataFrame' "
-            "object has no attribute 'append', Series.corr() missing an argument, an unexpected keyword) is "
-            "answered with a docs search to make for it ('<search>pandas DataFrame append</search>'), once "
-            "per API and episode. qwen2.5-coder-0.5b made no search in 100 DataFrameBench tasks although 9 "
-            "of them failed on such an error, and took none of 8 suggestions on those 9 (docs/results.md): "
-            "off until a model follows it"
-        },
-    )
-
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
@@ -280,7 +259,6 @@ def run_code_batch(
 __all__ = [
     "CodeAgent",
     "CodeAgentConfig",
-    "MAX_CONTINUATIONS",
     "chat_observation_frame",
     "run_code_batch",
     "task_gold",
