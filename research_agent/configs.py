@@ -59,6 +59,22 @@ def flat_settings(cls: type) -> dict[str, tuple[str, str]]:
     return {name: (f.name, sub) for f in sections(cls).values() for name, sub in f.metadata["flat"].items()}
 
 
+def flat_dict(obj: Any) -> dict[str, Any]:
+    """A config as one flat dict: each plain field by its name, each section setting by its flat name
+    (what a file or flag would set), so a record keeps the keys it had before the settings were grouped."""
+    secs = sections(type(obj))
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name not in secs:
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        elif dataclasses.is_dataclass(value):
+            out.update({flat: getattr(value, sub) for flat, sub in f.metadata["flat"].items()})
+        else:
+            out[f.name] = value
+    return out
+
+
 def _flat_kind(cls: type, name: str) -> Any:
     owner, sub = next(f.metadata["source"][name] for f in sections(cls).values() if name in f.metadata["flat"])
     return field_types(owner)[sub]
@@ -254,7 +270,7 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, *, flags: tuple
     """``--config FILE``, ``--set NAME=VALUE`` (repeatable) and ``flags`` (those of them ``cls`` has)."""
     name = cls.__name__
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help=f"override one {name} field (any of them, as in a --config file)")
+                        help=f"override one {name} setting (any of them, by its name in a --config file)")
     add_flags(parser, cls, only=flags, defaults=defaults)
     parser.add_argument("--config", default=None, metavar="FILE",
                         help=f"TOML or YAML file of {name} settings (--set and flags override it)")

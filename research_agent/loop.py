@@ -78,7 +78,7 @@ class Environment(Protocol):
         """A parsed turn, not yet taken: (the temperature to draw it again at, the draw's seed or None
         for an unseeded draw), or None to take it. ``draws`` is how many times this turn was drawn
         again already (the code agent draws a turn that repeats failed code again,
-        ``CodeAgentConfig.redraw_repeats``; its seed makes an eval with redraws repeatable)."""
+        ``CodeAgentConfig.redraw``; its seed makes an eval with redraws repeatable)."""
 
     def out_of_budget(self, traj: Trajectory) -> None:
         """The turns or tokens ran out before a final action (``traj.stop_reason`` says which): the

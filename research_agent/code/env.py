@@ -110,7 +110,7 @@ class CodeEnvironment:
         """``config`` (a ``CodeAgentConfig``) and ``tokenizer`` are needed only to run the episode
         through the agent loop; parsing and the tools work without them."""
         self.task = task
-        self.submit_hint = submit_hint if config is None else config.submit_hint
+        self.submit_hint = submit_hint if config is None else config.submission.submit_hint
         self.config, self.tokenizer, self.model, self.id = config, tokenizer, model, id or task.id
         # the seed's "run tests" tool: a failed submission is answered and the episode goes on (tool
         # modes only: no-tools has one turn, so its submission is final either way)
@@ -188,17 +188,18 @@ class CodeEnvironment:
         once the draws are spent (then flagged as a repeat) or on a turn that is not such a repeat.
         Each draw has its own seed (``draw_seed``)."""
         cfg = self.config
-        if cfg is None or not self.feedback or draws >= cfg.redraw_repeats or not (self.failed or self.failed_runs):
+        if cfg is None or not self.feedback or draws >= cfg.redraw.repeats or not (self.failed or self.failed_runs):
             return None
+        redraw = cfg.redraw
         if draws and not step.valid:  # a malformed sample: draw again (the repeat is kept if all are)
-            return cfg.redraw_temperature, draw_seed(cfg.redraw_seed, self.task.id, len(traj.steps), draws)
+            return redraw.temperature, draw_seed(redraw.seed, self.task.id, len(traj.steps), draws)
         if not step.valid or step.action not in ("execute", "submit"):
             return None
         key = same_code(step.argument)
-        raised = step.action == "execute" and cfg.redraw_failed_runs and key in self.failed_runs
+        raised = step.action == "execute" and redraw.failed_runs and key in self.failed_runs
         if key not in self.failed and not raised:
             return None
-        return cfg.redraw_temperature, draw_seed(cfg.redraw_seed, self.task.id, len(traj.steps), draws)
+        return redraw.temperature, draw_seed(redraw.seed, self.task.id, len(traj.steps), draws)
 
     def out_of_budget(self, traj: Trajectory) -> None:
         """SWE-agent's autosubmit (``submit_last_run_at_limit``): an episode that ran out of turns
@@ -294,8 +295,8 @@ class CodeEnvironment:
         return body
 
     def _option(self, name: str) -> bool:
-        """A ``CodeAgentConfig`` switch; on where the environment only parses and runs (no config)."""
-        return True if self.config is None else bool(getattr(self.config, name))
+        """A switch of ``CodeAgentConfig.submission``; on where the environment only parses and runs (no config)."""
+        return True if self.config is None else bool(getattr(self.config.submission, name))
 
     def _stub(self, code: str) -> bool:
         """A submission to be read as "the code I just ran" (``stub_submits_last_run``; tool modes)."""

@@ -31,9 +31,11 @@ from research_agent.configs import (
     add_flags,
     build,
     flag_values,
+    flat_dict,
     flat_settings,
     load_file,
     section,
+    setting_names,
 )
 from research_agent.inference.devices import DeviceError, check_device_spec, check_dtype_spec
 
@@ -288,16 +290,16 @@ class TrainConfig:
 
         cls, task_type = agent_class(self.task_type), self.task_type
         given = {AGENT_NAMES.get(k, k): v for k, v in given.items() if v is not None}  # unset: the default
-        own = {f.name for f in dataclasses.fields(cls)}
+        own = set(setting_names(cls))  # its fields, sections and their settings' flat names
         for flat, kind in ONLY_FOR.items():
             if kind != task_type and AGENT_NAMES.get(flat, flat) in given.keys() - own:
                 raise ConfigError(f"{flat} is a {kind} setting; task_type {task_type} takes none")
         defaults = {AGENT_NAMES.get(f.name, f.name): f.default for f in dataclasses.fields(AgentFlags)}
         defaults.update({k: v for k, v in TASK_TYPES[task_type].defaults.items() if k in defaults})
         defaults.update(ROLLOUT_SETTINGS.get(task_type, {}))
-        values = {**{k: v for k, v in defaults.items() if k in own and v is not None}, **given}
-        self._check_agent(values)
-        return build(cls, values)
+        defaults = {k: v for k, v in defaults.items() if k in own and v is not None}
+        self._check_agent({**defaults, **given})
+        return build(cls, given, base=build(cls, defaults))  # a [agent] section table over the defaults too
 
     @staticmethod
     def _check_agent(values: dict[str, Any]) -> None:
@@ -363,7 +365,8 @@ class TrainConfig:
                               "every group would be dropped")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config, nested by section; the agent's settings by their flat names, as they always were."""
+        return {**asdict(self), "agent": flat_dict(self.agent)}
 
     def diff(self, other: dict[str, Any]) -> list[str]:
         """The settings (by flat name where they have one) in which ``other``, a saved config.json of this

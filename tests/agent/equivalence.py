@@ -52,7 +52,7 @@ def episode(traj) -> dict:
 
 def record(model, tok, browser, corpus_dir: Path, docs_browser, code_tasks, work: Path) -> dict:
     from research_agent.agent import AgentConfig, run_batch
-    from research_agent.code.agent import CodeAgentConfig, run_code_batch
+    from research_agent.code.agent import CodeAgentConfig, RedrawSettings, SubmissionSettings, run_code_batch
     from research_agent.inference.policy import LocalPolicy
     from research_agent.train.config import TrainConfig
     from research_agent.train.rl import train_rl
@@ -64,9 +64,10 @@ def record(model, tok, browser, corpus_dir: Path, docs_browser, code_tasks, work
     code = run_code_batch([{"id": t.id, "task": t} for t in code_tasks], policy, docs_browser,
                           CodeAgentConfig(mode="multi-tool", max_turns=3, max_new_tokens=96,
                                           # the recording predates these switches (their own tests: test_code_examples)
-                                          stub_submits_last_run=False, flag_repeats=False,
-                                          recall_passing_run=False, submit_last_run_at_limit=False,
-                                          redraw_repeats=0),
+                                          submission=SubmissionSettings(stub_submits_last_run=False, flag_repeats=False,
+                                                                        recall_passing_run=False,
+                                                                        submit_last_run_at_limit=False),
+                                          redraw=RedrawSettings(repeats=0)),
                           progress=False,
                           concurrency=1)
     tasks = work / "tasks.jsonl"

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from research_agent.code.agent import CodeAgent, CodeAgentConfig, run_code_batch
+from research_agent.code.agent import (
+    CodeAgent,
+    CodeAgentConfig,
+    RedrawSettings,
+    SubmissionSettings,
+    run_code_batch,
+)
 from research_agent.inference.policy import BatchingPolicy, LocalPolicy
 from rewards.code import code_shaped_reward, code_torl_reward
 from tests.doubles import ScriptedPolicy as _Scripted
@@ -107,7 +113,7 @@ def test_test_feedback_answers_a_failing_submission_and_the_last_one_is_scored(s
     again = ScriptedPolicy(tok, [_fenced("submit", wrong), _fenced("submit", wrong)])
     # the same code resubmitted and taken (no redraw): still answered, the episode ends at the limit
     traj = CodeAgent(again, task, None, CodeAgentConfig(mode="code-only", max_turns=2, test_feedback=True,
-                                                        redraw_repeats=0)).run()
+                                                        redraw=RedrawSettings(repeats=0))).run()
     assert [s.action for s in traj.steps] == ["submit", "submit"] and traj.stop_reason == "submit"
     assert traj.gold["passed"] is False and "Fix your code" in traj.steps[-1].observation
 
@@ -186,7 +192,8 @@ def test_submit_hint_survives_truncation_and_goes_with_the_budget_note(smol, tas
         ScriptedPolicy(tok, [_fenced("python", defines)]),
         task,
         None,
-        CodeAgentConfig(mode="code-only", observation_tokens=40, submit_hint=False, max_turns=2),
+        CodeAgentConfig(mode="code-only", observation_tokens=40, max_turns=2,
+                        submission=SubmissionSettings(submit_hint=False)),
     ).run()
     assert "submit it" not in off.steps[0].observation
     _stream_matches_prompts(policy, traj)

@@ -47,7 +47,7 @@ def test_a_flat_code_run_drops_the_research_agent_settings_it_never_used(tmp_pat
     nested = migrate(flat)
     assert nested["agent"]["mode"] == "code-only" and "template" not in nested["agent"]
     cfg = TrainConfig(**nested)
-    assert type(cfg.agent).__name__ == "CodeAgentConfig" and cfg.agent.redraw_repeats == 0
+    assert type(cfg.agent).__name__ == "CodeAgentConfig" and cfg.agent.redraw.repeats == 0
     assert cfg.diff(flat) == []
     write_config(tmp_path, cfg)  # a run written now is nested and resumes as itself
     check_resume_config(tmp_path, TrainConfig(**json.loads((tmp_path / "config.json").read_text())))
