@@ -222,12 +222,11 @@ def run_ours(args) -> dict:
 
     random.seed(args.seed)
     torch.manual_seed(args.seed)
-    cfg = TrainConfig(model=args.model, lora_r=LORA["r"], lora_alpha=LORA["lora_alpha"],
-                      lora_dropout=LORA["lora_dropout"], lora_targets=list(LORA["target_modules"]), lr=LR,
-                      kl_coef=BETA, group_size=GROUP, algorithm="grpo", temperature=TEMPERATURE,
-                      max_new_tokens=TURN_TOKENS, max_total_tokens=TOTAL_TOKENS, max_tool_calls=TOOL_CALLS,
-                      max_turns=TURNS, max_grad_norm=1.0, seed=args.seed, reward="f1_penalty",
-                      concurrency=args.questions * GROUP, init_adapter=args.init_adapter or None)
+    cfg = TrainConfig(model=args.model, lora={"r": LORA["r"], "alpha": LORA["lora_alpha"],
+                                              "dropout": LORA["lora_dropout"], "targets": list(LORA["target_modules"])},
+                      lr=LR, kl_coef=BETA, group_size=GROUP, algorithm="grpo", agent=agent_config(),
+                      max_grad_norm=1.0, seed=args.seed, scoring={"reward": "f1_penalty"},
+                      compute={"concurrency": args.questions * GROUP}, init_adapter=args.init_adapter or None)
     model, tok = setup_lora(cfg, progress=False)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr)

@@ -10,7 +10,7 @@ the gold word), GRPO group advantages, KL 0.05 to the base model (the adapter di
 lr 5e-6, one forward/backward over all 8 sequences, grad-norm clip 1.0.
 
 - ours:  ``LocalPolicy.generate`` (one batch of 8) → ``Trajectory`` records → ``group_advantages``
-         (grpo) → ``rl.policy_update`` with ``TrainConfig(micro_batch=8)``;
+         (grpo) → ``rl.policy_update`` with ``TrainConfig(compute={"micro_batch": 8})``;
 - TRL:   ``GRPOTrainer`` (CPU, per_device_train_batch_size=8, num_generations=4,
          steps_per_generation=1 so one step is one generation of 8, beta=0.05), timed per step by a
          ``TrainerCallback`` (on_step_begin → on_step_end, which spans generation and update).
@@ -88,10 +88,11 @@ def run_ours(args) -> dict:
 
     random.seed(args.seed)
     torch.manual_seed(args.seed)
-    cfg = TrainConfig(model=args.model, lora_r=LORA["r"], lora_alpha=LORA["lora_alpha"],
-                      lora_dropout=LORA["lora_dropout"], lora_targets=list(LORA["target_modules"]), lr=LR,
-                      kl_coef=BETA, micro_batch=len(PROMPTS) * GROUP, group_size=GROUP, algorithm="grpo",
-                      temperature=TEMPERATURE, max_new_tokens=args.new_tokens, max_grad_norm=1.0, seed=args.seed)
+    cfg = TrainConfig(model=args.model, lora={"r": LORA["r"], "alpha": LORA["lora_alpha"],
+                                              "dropout": LORA["lora_dropout"], "targets": list(LORA["target_modules"])},
+                      lr=LR, kl_coef=BETA, compute={"micro_batch": len(PROMPTS) * GROUP}, group_size=GROUP,
+                      algorithm="grpo", agent={"temperature": TEMPERATURE, "max_new_tokens": args.new_tokens},
+                      max_grad_norm=1.0, seed=args.seed)
     model, tok = setup_lora(cfg, progress=False)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr)
@@ -106,7 +107,7 @@ def run_ours(args) -> dict:
         t0 = time.perf_counter()
         torch.manual_seed(args.seed * 100_003 + step)
         batch = [(pi, q, gold) for pi, (q, gold) in zip(prompt_ids, PROMPTS, strict=True) for _ in range(GROUP)]
-        gens = policy.generate([b[0] for b in batch], max_new_tokens=args.new_tokens, temperature=cfg.temperature)
+        gens = policy.generate([b[0] for b in batch], max_new_tokens=args.new_tokens, temperature=cfg.agent.temperature)
         gen_times.append(time.perf_counter() - t0)
         trajs = [Trajectory(question=q, gold={"answers": [gold]}, prompt_ids=list(pi), token_ids=list(g.token_ids),
                             token_mask=[1] * len(g.token_ids), logprobs=list(g.logprobs))

@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = TrainConfig(model=args.model, group_size=args.group, prompts_per_step=args.prompts,
-                      micro_batch=args.micro_batch, max_turns=args.max_turns, temperature=1.0,
-                      kl_coef=args.kl, seed=args.seed, concurrency=args.prompts * args.group)
+                      agent={"max_turns": args.max_turns, "temperature": 1.0}, kl_coef=args.kl, seed=args.seed,
+                      compute={"micro_batch": args.micro_batch, "concurrency": args.prompts * args.group})
     torch.manual_seed(args.seed)
     model, tok = setup_lora(cfg, progress=False)
     from research_agent.inference.policy import LocalPolicy
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [(name, statistics.median(times[name]), *plans[name]) for name in layouts]
     tokens = sum(sum(m) for _, m in units)
     whole = sum(len(ids) for ids, _ in units)
-    print(f"\nUpdate layout: {args.model} + LoRA r{cfg.lora_r}, {args.prompts} questions x G={args.group}, "
+    print(f"\nUpdate layout: {args.model} + LoRA r{cfg.lora.r}, {args.prompts} questions x G={args.group}, "
           f"{len(units)} sequences ({whole} tokens, {tokens} model tokens), micro-batch {args.micro_batch}, "
           f"KL {args.kl}, torch threads {torch.get_num_threads()}")
     print(f"  {'layout':<20} {'s/update (median)':>17} {'passes':>7} {'positions':>10}  rounds")

@@ -38,9 +38,6 @@ def code_metrics(trajs: list[Trajectory]) -> dict[str, Any]:
         "redrawn_turns": per_task("redrawn"),
         "repeated_turns": per_task("repeat_of"),
         "repeated_failed_runs": per_task("repeat_of_run"),
-        # suggest_search: errors answered with a docs query, and how many of those the next turn searched
-        "suggested_searches": per_task("suggested_search"),
-        "suggestions_taken": sum(_suggestions_taken(t) for t in trajs),
         "tool_calls": {a: mean(t.count(a) for t in trajs) for a in COUNTED},
         "refused_calls": per_task("refused"),
         "execution_error_rate": mean(
@@ -53,12 +50,6 @@ def code_metrics(trajs: list[Trajectory]) -> dict[str, Any]:
         "reward_shaped": mean(code_shaped_reward(t).score for t in trajs),
         "reward_torl": mean(code_torl_reward(t).score for t in trajs),
     }
-
-
-def _suggestions_taken(traj: Trajectory) -> int:
-    """Suggested searches (``suggest_search``) the very next turn made."""
-    return sum(1 for s, nxt in zip(traj.steps, traj.steps[1:], strict=False)
-               if s.info.get("suggested_search") and nxt.action == "search")
 
 
 __all__ = ["COUNTED", "code_metrics"]

@@ -26,9 +26,9 @@ RUN_SCHEMA = 1
 RESULTS = "results.json"
 RUN = "run.json"
 # The layout of run.json: 1 = a task_type key, and a code run's agent config with every setting of
-# CodeAgentConfig; absent (0) = everything written before that (``migrate``).  A change to either
-# layout is a new version and a step in ``migrate``.
-CONFIG_VERSION = 1
+# CodeAgentConfig; 2 = without the retired continue_quotes and suggest_search; absent (0) = everything
+# written before 1 (``migrate``).  A change to either layout is a new version and a step in ``migrate``.
+CONFIG_VERSION = 2
 # run.json keys that must match for a resume to continue the same experiment (a QA run has no tasks,
 # mode or docs, a code run no bench, corpus, memory or format hints: absent on both sides is the same)
 IDENTITY_KEYS = ("task_type", "bench", "tasks", "mode", "model", "adapter", "endpoint", "agent_config", "corpus",
@@ -97,7 +97,6 @@ _UNRECORDED_CODE_SETTINGS = {
     "observation_format": "inline",
     "stop_loops": False,
     "submit_hint": False,
-    "continue_quotes": False,
     "stub_submits_last_run": False,
     "flag_repeats": False,
     "recall_passing_run": False,
@@ -106,14 +105,15 @@ _UNRECORDED_CODE_SETTINGS = {
     "redraw_temperature": 1.0,  # read only with redraw_repeats, absent only where that is 0
     "redraw_failed_runs": False,  # runs before the option redrew failed submissions' code only
     "redraw_seed": 0,  # runs before seeded redraws drew unseeded; they resume as seed 0 (a sample either way)
-    "suggest_search": False,  # runs before the option made no suggestion
 }
 # Code-agent settings a run never reads, so they make no other run: no-tools' one turn is over before
 # any result is shown (research_agent.code.env), and some switches act only on test feedback.
 _NO_TOOLS_UNREAD = frozenset({"observation_format", "test_feedback", "submit_hint", "stub_submits_last_run",
                               "flag_repeats", "recall_passing_run", "submit_last_run_at_limit",
-                              "redraw_failed_runs", "suggest_search"})
+                              "redraw_failed_runs"})
 _FEEDBACK_ONLY = frozenset({"flag_repeats", "recall_passing_run", "redraw_failed_runs"})
+# Code-agent settings since retired, at the value every run now has (docs/code-agent.md, retired switches)
+_RETIRED_CODE_SETTINGS = {"continue_quotes": False, "suggest_search": False}
 
 
 def migrate(run: dict[str, Any], path: Path | str = RUN) -> dict[str, Any]:
@@ -122,7 +122,8 @@ def migrate(run: dict[str, Any], path: Path | str = RUN) -> dict[str, Any]:
 
     Version 0 (no ``config_version``) → 1: the run gets its ``task_type`` (a code run is one with a
     ``mode``), and a code run's agent config the settings younger than it, at the values that
-    reproduce it.
+    reproduce it.  1 → 2: a code run's agent config loses the retired settings where they were off,
+    as today's runs have them; one that was on stays, so that the run is not taken for today's.
     """
     version = run.get("config_version", 0)
     if not isinstance(version, int) or version < 0:
@@ -135,8 +136,12 @@ def migrate(run: dict[str, Any], path: Path | str = RUN) -> dict[str, Any]:
     code = run.get("mode") is not None
     out = {**run, "config_version": CONFIG_VERSION,
            "task_type": run.get("task_type") or ("code" if code else "research")}
-    if code and isinstance(run.get("agent_config"), dict):
-        out["agent_config"] = {**_UNRECORDED_CODE_SETTINGS, **run["agent_config"]}
+    cfg = run.get("agent_config")
+    if code and isinstance(cfg, dict):
+        if version < 1:
+            cfg = {**_UNRECORDED_CODE_SETTINGS, **cfg}
+        out["agent_config"] = {k: v for k, v in cfg.items()
+                               if not (k in _RETIRED_CODE_SETTINGS and v == _RETIRED_CODE_SETTINGS[k])}
     return out
 
 

@@ -143,11 +143,7 @@ class ResearchEnvironment:
                               context_tokens=cfg.context_tokens, notes_tokens=cfg.notes_tokens,
                               reserve=cfg.max_new_tokens, guidance=guidance)
 
-    def continues(self, text: str) -> bool:
-        return False
-
-    def parse(self, traj: Trajectory, gen: Generation, prompt: list[int], continued: int,
-              seconds: float) -> tuple[Step, Action]:
+    def parse(self, traj: Trajectory, gen: Generation, prompt: list[int], seconds: float) -> tuple[Step, Action]:
         cfg = self.config
         action = parse_action(strip_notes(gen.text) if cfg.managed else gen.text,
                               finished=gen.finish_reason != "stop")

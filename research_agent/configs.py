@@ -5,6 +5,10 @@ setting is spelled and parsed the same way everywhere: booleans are strict (``tr
 yes/no/on/off``; anything else is an error naming the field, where a bare ``bool("no")`` would be
 True), numbers must parse as their field's type, an unknown name is an error listing the fields,
 and a file that is missing or malformed is one clear message, before any model loads.
+
+A config may nest cohesive groups of settings as sections (``section``): each setting of a section
+keeps one flat name (``lora_r`` for ``lora.r``), so flags, flat TOML keys and ``name=value`` pairs
+stay as they were while a file may also write the group as a table (``[lora]`` with ``r = 8``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,84 @@ FALSE = ("false", "0", "no", "off")
 
 class ConfigError(ValueError):
     """A setting is unknown, has the wrong type, or a config file cannot be read."""
+
+
+def section(kind: type | None, *, prefix: str = "", flat: dict[str, str] | None = None, flags: type | None = None,
+            help: str = "") -> Any:
+    """A field holding a nested config of type ``kind``, whose settings are also reachable by flat names.
+
+    ``flat`` maps each flat name to the section's field (default: ``prefix`` + the field's name).
+    ``kind=None`` leaves the section's type to the owner's ``__post_init__`` (it receives a dict of
+    the settings given): then ``flags`` is a dataclass whose fields, named by their flat names, give
+    each flat setting's type, default and help."""
+    if kind is not None:
+        flat = flat or {prefix + f.name: f.name for f in dataclasses.fields(kind)}
+        source = {name: (kind, sub) for name, sub in flat.items()}
+        return dataclasses.field(default_factory=kind, metadata={"help": help, "section": kind, "flat": flat,
+                                                                "source": source})
+    if flags is None or flat is None:
+        raise TypeError("a section without a type needs flat names and a flags dataclass")
+    source = {name: (flags, name) for name in flat}
+    return dataclasses.field(default_factory=dict, metadata={"help": help, "section": None, "flat": flat,
+                                                            "source": source})
+
+
+def sections(cls: type) -> dict[str, dataclasses.Field]:
+    """The section fields of ``cls``, by name."""
+    return {f.name: f for f in dataclasses.fields(cls) if "flat" in f.metadata}
+
+
+def flat_settings(cls: type) -> dict[str, tuple[str, str]]:
+    """Each flat name of a section setting of ``cls`` → (section, field in it)."""
+    return {name: (f.name, sub) for f in sections(cls).values() for name, sub in f.metadata["flat"].items()}
+
+
+def flat_dict(obj: Any) -> dict[str, Any]:
+    """A config as one flat dict: each plain field by its name, each section setting by its flat name
+    (what a file or flag would set), so a record keeps the keys it had before the settings were grouped."""
+    secs = sections(type(obj))
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name not in secs:
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        elif dataclasses.is_dataclass(value):
+            out.update({flat: getattr(value, sub) for flat, sub in f.metadata["flat"].items()})
+        else:
+            out[f.name] = value
+    return out
+
+
+def _flat_kind(cls: type, name: str) -> Any:
+    owner, sub = next(f.metadata["source"][name] for f in sections(cls).values() if name in f.metadata["flat"])
+    return field_types(owner)[sub]
+
+
+def nest(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every flat name moved into its section, coerced on the way so that an error
+    names the setting as it was written; a flat name overrides the same setting in a section's table."""
+    flat, secs = flat_settings(cls), sections(cls)
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if name in secs and isinstance(value, dict):
+            out[name] = {**out.get(name, {}), **{str(k).replace("-", "_"): v for k, v in value.items()}}
+        elif name in secs and dataclasses.is_dataclass(value):
+            out[name] = value
+        elif name not in flat:
+            out[name] = value
+    for name, value in values.items():
+        if name in flat and not (name in secs and isinstance(value, dict)):
+            sec, sub = flat[name]
+            part = out.get(sec, {})
+            part = dataclasses.asdict(part) if dataclasses.is_dataclass(part) else dict(part)
+            part[sub] = coerce(name, _flat_kind(cls, name), value)
+            out[sec] = part
+    return out
+
+
+def setting_names(cls: type) -> list[str]:
+    """The names a file or flag may set: plain fields, sections and the sections' flat names."""
+    return [f.name for f in dataclasses.fields(cls)] + [n for n in flat_settings(cls) if n not in sections(cls)]
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -79,13 +161,26 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
 
 def build(cls: type, values: dict[str, Any], base: Any = None) -> Any:
     """An instance of ``cls`` from ``values`` (over ``base``'s values when given), each coerced to its type."""
-    kinds = field_types(cls)
+    kinds, secs = field_types(cls), sections(cls)
+    values = nest(cls, values)
     unknown = sorted(set(values) - set(kinds))
     if unknown:
         raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                          f"the settings are: {', '.join(kinds)}")
+                          f"the settings are: {', '.join(setting_names(cls))}")
     merged = {f.name: getattr(base, f.name) for f in dataclasses.fields(cls)} if base is not None else {}
-    merged.update({k: coerce(k, kinds[k], v) for k, v in values.items()})
+    for k, v in values.items():
+        if k not in secs:
+            merged[k] = coerce(k, kinds[k], v)
+        elif dataclasses.is_dataclass(v):
+            merged[k] = v
+        elif secs[k].metadata["section"] is not None:  # a table of the section's own fields
+            try:
+                merged[k] = build(secs[k].metadata["section"], v, merged.get(k))
+            except ConfigError as e:
+                raise ConfigError(f"[{k}] {e}") from None
+        else:  # the owner picks the section's type: it gets the settings over the base's
+            before = merged.get(k)
+            merged[k] = {**(dataclasses.asdict(before) if dataclasses.is_dataclass(before) else before or {}), **v}
     try:
         return cls(**merged)
     except ConfigError:
@@ -131,26 +226,37 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, only: tuple[str, ...] 
               skip: tuple[str, ...] = (), defaults: dict[str, Any] | None = None) -> None:
     """``--field-name`` for each field (strings, parsed later by ``build``; unset flags stay None);
     ``defaults`` are the command's own defaults, where they differ from the dataclass's, for the help."""
-    kinds = field_types(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip or (only is not None and f.name not in only):
+    for name, f, kind in _flag_fields(cls):
+        if name in skip or (only is not None and name not in only):
             continue
         default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
-        default = (defaults or {}).get(f.name, default)
+        default = (defaults or {}).get(name, default)
         text = f.metadata.get("help", "")
         text = f"{text} (default: {default})" if text else f"default: {default}"
-        flag, help_text = "--" + f.name.replace("_", "-"), text.replace("%", "%%")  # argparse formats help with %
-        if kinds[f.name] is bool:  # a bare --flag means true; --flag false turns it off
-            parser.add_argument(flag, dest=f.name, default=None, nargs="?", const="true", metavar="BOOL",
+        flag, help_text = "--" + name.replace("_", "-"), text.replace("%", "%%")  # argparse formats help with %
+        if kind is bool:  # a bare --flag means true; --flag false turns it off
+            parser.add_argument(flag, dest=name, default=None, nargs="?", const="true", metavar="BOOL",
                                 help=help_text)
         else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar="VALUE", help=help_text)
+            parser.add_argument(flag, dest=name, default=None, metavar="VALUE", help=help_text)
+
+
+def _flag_fields(cls: type) -> list[tuple[str, dataclasses.Field, Any]]:
+    """(flag name, the field that documents it, its type) for each plain field and flat section setting."""
+    kinds, out = field_types(cls), []
+    for f in dataclasses.fields(cls):
+        if "flat" not in f.metadata:
+            out.append((f.name, f, kinds[f.name]))
+            continue
+        for name, (owner, sub) in f.metadata["source"].items():
+            documented = {g.name: g for g in dataclasses.fields(owner)}[sub]
+            out.append((name, documented, field_types(owner)[sub]))
+    return out
 
 
 def flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The fields of ``cls`` that were given as flags."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
-            if getattr(args, f.name, None) is not None}
+    return {name: getattr(args, name) for name, _, _ in _flag_fields(cls) if getattr(args, name, None) is not None}
 
 
 # Agent settings every command that runs the agent spells the same way, as flags (``ask``, ``synth
@@ -164,7 +270,7 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, *, flags: tuple
     """``--config FILE``, ``--set NAME=VALUE`` (repeatable) and ``flags`` (those of them ``cls`` has)."""
     name = cls.__name__
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help=f"override one {name} field (any of them, as in a --config file)")
+                        help=f"override one {name} setting (any of them, by its name in a --config file)")
     add_flags(parser, cls, only=flags, defaults=defaults)
     parser.add_argument("--config", default=None, metavar="FILE",
                         help=f"TOML or YAML file of {name} settings (--set and flags override it)")

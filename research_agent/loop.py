@@ -8,8 +8,7 @@ Each node returns a ``Command`` naming the next node, so the possible transition
 
 What differs between research and code lives in the environment: the opening messages, how a turn
 parses into an action, what running an action returns, what ends the episode.  What is the same
-lives here once: the turn and token limits, the generation call (and its continuation past a quote
-when the environment asks for it), observation truncation, the token stream and its mask (written
+lives here once: the turn and token limits, the generation call, observation truncation, the token stream and its mask (written
 only by ``Trajectory.append_turn`` / ``append_observation``), the recursion limit, and the batch
 runner that pushes many episodes through one ``BatchingPolicy``.
 """
@@ -29,9 +28,6 @@ from corpus import openmp
 
 from .inference.policy import BatchingPolicy, Generation
 from .trajectory import Step, Trajectory
-
-# Calls after the first that one turn may take to get past quoted ``` blocks (each re-reads the context).
-MAX_CONTINUATIONS = 3
 
 Observation = tuple[str, str]  # (body, note): the body is truncated to the token budget, the note never is
 
@@ -60,11 +56,7 @@ class Environment(Protocol):
     def prompt(self, traj: Trajectory) -> list[int]:
         """What the model sees for its next turn."""
 
-    def continues(self, text: str) -> bool:
-        """Should a turn that stopped at a stop string go on (a quote, not an action)?"""
-
-    def parse(self, traj: Trajectory, gen: Generation, prompt: list[int], continued: int,
-              seconds: float) -> tuple[Step, Any]:
+    def parse(self, traj: Trajectory, gen: Generation, prompt: list[int], seconds: float) -> tuple[Step, Any]:
         """The turn as a step, and the action the tool or final node will carry out."""
 
     def is_final(self, step: Step) -> bool:
@@ -86,7 +78,7 @@ class Environment(Protocol):
         """A parsed turn, not yet taken: (the temperature to draw it again at, the draw's seed or None
         for an unseeded draw), or None to take it. ``draws`` is how many times this turn was drawn
         again already (the code agent draws a turn that repeats failed code again,
-        ``CodeAgentConfig.redraw_repeats``; its seed makes an eval with redraws repeatable)."""
+        ``CodeAgentConfig.redraw``; its seed makes an eval with redraws repeatable)."""
 
     def out_of_budget(self, traj: Trajectory) -> None:
         """The turns or tokens ran out before a final action (``traj.stop_reason`` says which): the
@@ -140,13 +132,13 @@ def policy_node(state: EpisodeState) -> Command[Literal["tool", "final", "policy
     prompt = env.prompt(traj)
     budget = min(env.config.max_new_tokens, env.window - len(prompt))
     t0 = _now()
-    gen, continued = generate_turn(state["policy"], env, prompt, budget)
-    step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
+    gen = generate_turn(state["policy"], env, prompt, budget)
+    step, action = env.parse(traj, gen, prompt, _now() - t0)
     drawn, draws = (step, action), 0
     while (again := env.redraw(traj, step, draws)) is not None:
         draws += 1
-        gen, continued = generate_turn(state["policy"], env, prompt, budget, *again)
-        step, action = env.parse(traj, gen, prompt, continued, _now() - t0)
+        gen = generate_turn(state["policy"], env, prompt, budget, *again)
+        step, action = env.parse(traj, gen, prompt, _now() - t0)
     if draws and not step.valid and drawn[0].valid:
         # a sample that is no tool call at all is worse than the repeat: in the context it is
         # copied by every greedy turn after it
@@ -188,25 +180,16 @@ def final_node(state: EpisodeState) -> Command[Literal["__end__"]]:
 
 
 def generate_turn(policy, env: Environment, prompt: list[int], budget: int,
-                  temperature: float | None = None, seed: int | None = None) -> tuple[Generation, int]:
-    """One policy turn, continued past stop strings the environment reads as no action's end.
+                  temperature: float | None = None, seed: int | None = None) -> Generation:
+    """One policy turn, up to the environment's stop strings.
 
-    ``temperature`` overrides the config's and ``seed`` seeds the draw (a redrawn turn; a seeded
-    token depends on the seed and its position, so a continuation goes on the same way). Each
-    continuation is a new call on the turn so far, so its tokens and log-probs are exactly what the
-    model produced; the turn's finish reason is the last call's.
+    ``temperature`` overrides the config's and ``seed`` seeds the draw (a redrawn turn).
     """
-    text, ids, lps, reason, continued = "", [], [], "stop", 0
     temperature = env.config.temperature if temperature is None else temperature
     seeded = {"seeds": [seed]} if seed is not None else {}  # any policy takes a call without seeds
-    while True:
-        gen = policy.generate([prompt + ids], max_new_tokens=budget - len(ids), temperature=temperature,
-                              stop=env.stop_strings, stop_loops=env.stop_loops, **seeded)[0]
-        text, ids, lps, reason = text + gen.text, ids + list(gen.token_ids), lps + list(gen.logprobs), gen.finish_reason
-        done = reason != "stop" or len(ids) >= budget or not gen.token_ids or continued == MAX_CONTINUATIONS
-        if done or not env.continues(text):
-            return Generation(text, ids, lps, reason), continued
-        continued += 1
+    gen = policy.generate([list(prompt)], max_new_tokens=budget, temperature=temperature,
+                          stop=env.stop_strings, stop_loops=env.stop_loops, **seeded)[0]
+    return Generation(gen.text, list(gen.token_ids), list(gen.logprobs), gen.finish_reason)
 
 
 def observe(state: EpisodeState, step: Step, obs: Observation) -> None:

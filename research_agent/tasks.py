@@ -9,7 +9,7 @@ the eval runner (``eval.runner.evaluate``) take one of these — as TRL's ``GRPO
 third class here, not a branch in either.
 
 A config here is any object with the trainer's fields (``TrainConfig``): ``tasks``, ``split``,
-``corpus``, ``retrieval_url``, the turn/token limits, ``group_size``, ``concurrency`` ...
+``retrieval``, ``agent`` (the rollouts' agent config), ``group_size``, ``compute.concurrency`` ...
 """
 
 from __future__ import annotations
@@ -36,11 +36,6 @@ class TaskSetupError(SystemExit):
 def default_task_file() -> Path:
     """The shipped Factbook question set (train / dev / test splits)."""
     return Path(__file__).resolve().parent / "data" / "factbook_qa.jsonl"
-
-
-def _limits(cfg: Any) -> dict[str, Any]:
-    return dict(max_turns=cfg.max_turns, max_tool_calls=cfg.max_tool_calls, max_new_tokens=cfg.max_new_tokens,
-                max_total_tokens=cfg.max_total_tokens, temperature=cfg.temperature)
 
 
 class TaskType(Protocol):
@@ -121,13 +116,11 @@ class ResearchTasks:
     def make_browser(self, cfg: Any) -> Any:
         from corpus import open_browser
 
-        return open_browser(corpus=cfg.corpus, retrieval_url=cfg.retrieval_url, retriever=cfg.retriever)
+        return open_browser(corpus=cfg.retrieval.corpus, retrieval_url=cfg.retrieval.url,
+                            retriever=cfg.retrieval.retriever)
 
     def agent_config(self, cfg: Any) -> Any:
-        from .agent import AgentConfig
-
-        return AgentConfig(template=cfg.template, context=cfg.context, context_tokens=cfg.context_tokens,
-                           notes_tokens=cfg.notes_tokens, **_limits(cfg))
+        return cfg.agent
 
     def item(self, task: dict) -> dict:
         return {**task, "id": str(task.get("id", ""))}
@@ -154,12 +147,12 @@ class ResearchTasks:
                          concurrency=concurrency, guidance=self.guidance, stop=stop)
 
     def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
-        return self.run(items, policy, browser, self.agent_config(cfg), progress=False, concurrency=cfg.concurrency)
+        return self.run(items, policy, browser, self.agent_config(cfg), progress=False, concurrency=cfg.compute.concurrency)
 
     def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
         from rewards.qa import token_f1
 
-        return token_f1(traj.answer, traj.gold.get("answers", [])) >= cfg.pass_threshold
+        return token_f1(traj.answer, traj.gold.get("answers", [])) >= cfg.scoring.pass_threshold
 
     def check_sft(self, cfg: Any) -> None:
         """Before any model loads: SFT needs an export to learn from."""
@@ -171,7 +164,7 @@ class ResearchTasks:
         """Exported trajectories (``synth sft-export``) rendered with the student's tokenizer."""
         examples, skipped = [], 0
         for r in load_sft_records(cfg.tasks):
-            found = render_examples(tok, r, cfg)
+            found = render_examples(tok, r, cfg.agent)
             examples += found
             skipped += not found
         return examples, skipped
@@ -192,7 +185,7 @@ class CodeTasks:
         from .code.sandbox import SandboxError, require_contained
 
         try:
-            level = require_contained(cfg.allow_unsafe_sandbox)
+            level = require_contained(cfg.code.allow_unsafe_sandbox)
         except SandboxError as e:
             raise TaskSetupError(f"error: {e}") from None
         print(f"code sandbox: {level}", file=sys.stderr)
@@ -213,23 +206,18 @@ class CodeTasks:
     def make_browser(self, cfg: Any) -> Any:
         """API docs for multi-tool (the cached corpus ``eval code`` uses too, so a policy is evaluated
         against the documentation it learned to search); no browser for the other modes."""
-        if cfg.code_mode != "multi-tool":
+        if cfg.agent.mode != "multi-tool":
             return None
-        if cfg.retrieval_url:
+        if cfg.retrieval.url:
             from corpus import open_browser
 
-            return open_browser("remote", retrieval_url=cfg.retrieval_url)
+            return open_browser("remote", retrieval_url=cfg.retrieval.url)
         from .code.apidocs import api_docs_browser
 
-        return api_docs_browser(cfg.corpus, cfg.docs_modules or None, retriever=cfg.retriever)
+        return api_docs_browser(cfg.retrieval.corpus, cfg.code.docs_modules or None, retriever=cfg.retrieval.retriever)
 
     def agent_config(self, cfg: Any) -> Any:
-        from .code.agent import CodeAgentConfig
-
-        # rollouts take every turn as sampled: a repeated failed submission must cost reward, not be
-        # drawn again out of the policy's sight
-        return CodeAgentConfig(mode=cfg.code_mode, test_feedback=cfg.test_feedback, redraw_repeats=0,
-                               **_limits(cfg))
+        return cfg.agent
 
     def item(self, task: Any) -> dict:
         return {"id": task.id, "task": task}
@@ -246,7 +234,7 @@ class CodeTasks:
                               concurrency=concurrency, stop=stop)
 
     def run_rollouts(self, items: list[dict], policy: Any, browser: Any, cfg: Any) -> list[Trajectory]:
-        return self.run(items, policy, browser, self.agent_config(cfg), progress=False, concurrency=cfg.concurrency)
+        return self.run(items, policy, browser, self.agent_config(cfg), progress=False, concurrency=cfg.compute.concurrency)
 
     def is_correct(self, traj: Trajectory, cfg: Any) -> bool:
         return bool(traj.gold.get("passed"))
@@ -264,12 +252,12 @@ class CodeTasks:
         if not resume and path.exists():
             path.unlink()
         demos = build_demos(self.load_tasks(cfg), tok, self.agent_config(cfg), path,
-                            docs_browser=self.make_browser(cfg), limit=cfg.demo_tasks, recovery=cfg.demo_recovery,
+                            docs_browser=self.make_browser(cfg), limit=cfg.code.demo_tasks, recovery=cfg.code.demo_recovery,
                             progress=progress)
         examples, skipped = [], 0
         for traj in demos:
             for ids, mask in traj.sequences():
-                if len(ids) <= cfg.max_total_tokens and any(mask):
+                if len(ids) <= cfg.agent.max_total_tokens and any(mask):
                     examples.append((ids, mask))
                 else:
                     skipped += 1

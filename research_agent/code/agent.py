@@ -18,177 +18,71 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from research_agent.code.env import MODES, CodeEnvironment, chat_observation_frame, task_gold, used_calls
 from research_agent.code.sandbox import DEFAULT_LIMITS, TEST_LIMITS, SandboxLimits
 from research_agent.code.tasks import CodeTask
-from research_agent.loop import MAX_CONTINUATIONS, run_episode, run_episodes
+from research_agent.configs import build, flat_dict, section
+from research_agent.loop import run_episode, run_episodes
 from research_agent.trajectory import Step, Trajectory
 
 OBSERVATION_FORMATS = ("chat", "inline")
 
 
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class SubmissionSettings:
+    """What a submission means and what the model is told around it (docs/code-agent.md, test feedback)."""
+
+    submit_hint: bool = _f(True, "after a clean run that defines the entry point, the result says to submit if done")
+    stub_submits_last_run: bool = _f(True, "a ```submit block whose entry point has no body submits the code that "
+                                     "last ran, as an empty block does")
+    flag_repeats: bool = _f(True, "with test feedback, a submission or run of a failed submission's code is told so")
+    recall_passing_run: bool = _f(True, "with feedback from a task's examples, a failed submission is answered with "
+                                  "the latest earlier run that passes them")
+    submit_last_run_at_limit: bool = _f(True, "an episode out of turns is scored on the code that last ran "
+                                        "(SWE-agent's autosubmit), where no later submission was tested")
+
+
+@dataclass
+class RedrawSettings:
+    """Turns that repeat failed code, drawn again (docs/code-agent.md, repeats drawn again)."""
+
+    repeats: int = _f(4, "with test feedback, draws of a turn that runs or submits a failed submission's code "
+                      "before it is taken (0: off, as in RL rollouts)")
+    failed_runs: bool = _f(True, "also draw again a rerun of code that raised")
+    temperature: float = _f(1.0, "the temperature a repeated turn is drawn again at")
+    seed: int = _f(0, "seed of the redrawn turns (with the task id, the turn and the draw)")
+
+
 @dataclass
 class CodeAgentConfig:
-    mode: str = field(default="multi-tool", metadata={"help": "no-tools | code-only | multi-tool (seed 004)"})
-    max_turns: int = field(
-        default=5, metadata={"help": "policy turns before the run stops unsubmitted (seed: 5)"}
-    )
-    max_tool_calls: int = field(
-        default=4, metadata={"help": "search + execute calls allowed; submit is never capped"}
-    )
-    max_new_tokens: int = field(default=512, metadata={"help": "tokens per policy turn"})
-    max_total_tokens: int = field(default=4096, metadata={"help": "cap on prompt + trajectory tokens"})
-    temperature: float = field(
-        default=0.0, metadata={"help": "0 = greedy (pass@1 eval); 0.7 for rollouts (seed)"}
-    )
-    observation_tokens: int = field(
-        default=400, metadata={"help": "observations are truncated to this many tokens"}
-    )
-    observation_format: str = field(
-        default="chat",
-        metadata={
-            "help": "chat: a tool result comes back as a user turn of the model's chat template, then a "
-            "new assistant turn opens (instruct models answer results there); inline: appended to the "
-            "model's own turn (seed 004, Search-R1), which untrained instruct models read as their own "
-            "text and continue"
-        },
-    )
-
-    submit_hint: bool = field(
-        default=True,
-        metadata={
-            "help": "after a clean run that defines the entry point, the result says to submit if done "
-            "(untrained models otherwise rerun working code until the budget is gone)"
-        },
-    )
-
-    stop_loops: bool = field(
-        default=True,
-        metadata={
-            "help": "end a turn once it ends in a loop (one block of tokens repeated 4+ times; "
-            "research_agent.inference.policy.ends_in_loop): small models loop to the token limit, and the "
-            "turn is invalid either way"
-        },
-    )
-
-    continue_quotes: bool = field(
-        default=False,
-        metadata={
-            "help": "continue a turn cut at a bare ``` line that ends no action (a quoted error) until a "
-            "tagged block closes (code.env.turn_continues). Off by default: smollm2 after code SFT+RL, "
-            "on the 7 test tasks where it quoted errors so, went on with runs of bare fences (submitted 3/7 -> 0/7)"
-        },
-    )
-
-    test_feedback: bool = field(
-        default=True,
-        metadata={
-            "help": "the seed's run-tests tool: a failed submission is answered with the failing tests "
-            "(names and each one's last line) and 'fix your code and submit again', the episode goes on "
-            "while turns remain, and the last submission is scored. Where a task's tests are its score and "
-            "hidden (HumanEval), the verdict comes from the prompt's own examples (code.examples). The default, as "
-            "in the seed. false: a submission ends the task, pass or fail (results made before it was the default; "
-            "docs/results.md labels each row with its setting)"
-        },
-    )
-
-    stub_submits_last_run: bool = field(
-        default=True,
-        metadata={
-            "help": "a ```submit block whose entry point has no body (its signature and docstring only) "
-            "submits the code that last ran and defined it, as an empty block does. qwen2.5-coder-0.5b, "
-            "asked to submit code it had just run, wrote its signature and docstring again and closed the "
-            "block: 8 of 13 failed submissions on HumanEval code-only with feedback. false: the stub is "
-            "tested as written (results made before this option)"
-        },
-    )
-
-    flag_repeats: bool = field(
-        default=True,
-        metadata={
-            "help": "with test feedback, a submission or a run of the same code as a failed submission "
-            "is told so, with that submission's first failure, in place of the submit hint (greedy "
-            "models resubmit failing code unchanged). false: results made before this option"
-        },
-    )
-
-    recall_passing_run: bool = field(
-        default=True,
-        metadata={
-            "help": "with test feedback from a task's examples (HumanEval), a submission that fails them "
-            "is answered with the latest earlier run whose code passes them ('the code of your run N "
-            "passes these examples'), and an empty ```submit block then submits that code. "
-            "qwen2.5-coder-0.5b ran correct code and then submitted another body (`return False`) in 3 "
-            "of 77 re-run HumanEval tasks. false: results made before this option"
-        },
-    )
-
-    submit_last_run_at_limit: bool = field(
-        default=True,
-        metadata={
-            "help": "an episode that runs out of turns is scored on the code that last ran and defined the "
-            "entry point when no submission was tested, or when that run came after the last failed "
-            "submission and differs from every failed one (SWE-agent's autosubmit); the "
-            "trajectory's meta says autosubmitted, and the submit rate and the shaped reward's "
-            "no-submission penalty still count the model's own submissions. qwen2.5-coder-0.5b ran code "
-            "five times without submitting in 10 of 164 HumanEval tasks. false: results made before this "
-            "option"
-        },
-    )
-
-    redraw_repeats: int = field(
-        default=4,
-        metadata={
-            "help": "with test feedback, a turn that runs or submits the same code as a failed submission "
-            "is drawn again, at redraw_temperature, up to this many times before it is taken (and then "
-            "flagged as a repeat). Greedy decoding repeats itself: qwen2.5-coder-0.5b, told its submission "
-            "failed, ran or submitted the same code again in 44 of 53 HumanEval tasks, and no failed "
-            "submission was fixed; 2 draws at 0.7 still repeated in 60 of 81 turns (docs/results.md). The "
-            "redrawn turn is a sample, seeded by redraw_seed, the task and the turn, so a re-run draws the "
-            "same turns. Off in RL rollouts (a repeat there must cost reward, not be hidden). 0: results "
-            "made before this option"
-        },
-    )
-
-    redraw_failed_runs: bool = field(
-        default=True,
-        metadata={
-            "help": "with test feedback and redraw_repeats, a run of the same code as an earlier run that "
-            "raised is drawn again too: the sandbox answers it with the same error. qwen2.5-coder-0.5b "
-            "reran code that had raised 65 times in 26 of 100 DataFrameBench tasks (multi-tool, feedback), "
-            "25 of which failed. false: results made before this option"
-        },
-    )
-
-    redraw_temperature: float = field(
-        default=1.0, metadata={"help": "the temperature a repeated turn is drawn again at (redraw_repeats)"}
-    )
-
-    redraw_seed: int = field(
-        default=0,
-        metadata={
-            "help": "seed of the redrawn turns (redraw_repeats): each draw is seeded by it, the task id, the "
-            "turn and the draw, so the same run draws the same turns whatever ran beside it; another seed "
-            "gives another sample of the same run (results before 2026-12-05 drew unseeded)"
-        },
-    )
-
-    suggest_search: bool = field(
-        default=False,
-        metadata={
-            "help": "multi-tool: a run or a failed submission whose error is a library API mistake ('DataFrame' "
-            "object has no attribute 'append', Series.corr() missing an argument, an unexpected keyword) is "
-            "answered with a docs search to make for it ('<search>pandas DataFrame append</search>'), once "
-            "per API and episode. qwen2.5-coder-0.5b made no search in 100 DataFrameBench tasks although 9 "
-            "of them failed on such an error, and took none of 8 suggestions on those 9 (docs/results.md): "
-            "off until a model follows it"
-        },
-    )
+    mode: str = _f("multi-tool", "no-tools | code-only | multi-tool (seed 004)")
+    max_turns: int = _f(5, "policy turns before the run stops unsubmitted (seed: 5)")
+    max_tool_calls: int = _f(4, "search + execute calls allowed; submit is never capped")
+    max_new_tokens: int = _f(512, "tokens per policy turn")
+    max_total_tokens: int = _f(4096, "cap on prompt + trajectory tokens")
+    temperature: float = _f(0.0, "0 = greedy (pass@1 eval); 0.7 for rollouts (seed)")
+    observation_tokens: int = _f(400, "observations are truncated to this many tokens")
+    observation_format: str = _f("chat", "chat (a tool result is a user turn of the chat template) or inline "
+                                 "(appended to the model's own turn, seed 004)")
+    stop_loops: bool = _f(True, "end a turn once it ends in a loop (one block of tokens repeated 4+ times)")
+    test_feedback: bool = _f(True, "a failed submission is answered with the failing tests and the episode goes on "
+                             "(the seed's run-tests tool); false: a submission ends the task")
+    submission: SubmissionSettings = section(SubmissionSettings, help="what a submission means and what is said "
+                                             "around it")
+    redraw: RedrawSettings = section(RedrawSettings, prefix="redraw_", help="turns that repeat failed code, drawn "
+                                     "again")
 
     def __post_init__(self) -> None:
+        for name, kind in (("submission", SubmissionSettings), ("redraw", RedrawSettings)):
+            if isinstance(getattr(self, name), dict):  # CodeAgentConfig(redraw={"repeats": 0}), a nested record
+                setattr(self, name, build(kind, getattr(self, name)))
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
         if self.observation_format not in OBSERVATION_FORMATS:
@@ -197,7 +91,7 @@ class CodeAgentConfig:
             )
         if self.max_turns < 1 or self.max_new_tokens < 1 or self.observation_tokens < 1:
             raise ValueError("max_turns, max_new_tokens and observation_tokens must be at least 1")
-        if self.redraw_repeats < 0 or self.redraw_temperature <= 0:
+        if self.redraw.repeats < 0 or self.redraw.temperature <= 0:
             raise ValueError("redraw_repeats must be at least 0 and redraw_temperature above 0")
 
     @property
@@ -206,7 +100,8 @@ class CodeAgentConfig:
         return 1 if self.mode == "no-tools" else self.max_turns
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every setting by its flat name, as run.json, config.json and trajectories have always recorded it."""
+        return flat_dict(self)
 
 
 class CodeAgent:
@@ -280,7 +175,8 @@ def run_code_batch(
 __all__ = [
     "CodeAgent",
     "CodeAgentConfig",
-    "MAX_CONTINUATIONS",
+    "RedrawSettings",
+    "SubmissionSettings",
     "chat_observation_frame",
     "run_code_batch",
     "task_gold",

@@ -330,7 +330,7 @@ def render_demo(task: CodeTask, tokenizer, config: CodeAgentConfig, docs_browser
         return _replay(task, turns, tokenizer, config, docs_browser) if turns else None
     kinds = [broken] + [k for k in ("cut", "import") if k != broken] if broken else []
     for kind in kinds:  # the drawn breakage first; the other when it does not apply to this task
-        turns = demo_turns(task, config.mode, broken=kind, empty_submit=config.submit_hint)
+        turns = demo_turns(task, config.mode, broken=kind, empty_submit=config.submission.submit_hint)
         if turns:
             traj = _replay(task, turns, tokenizer, config, docs_browser)
             runs = _runs(traj)
@@ -339,12 +339,12 @@ def render_demo(task: CodeTask, tokenizer, config: CodeAgentConfig, docs_browser
                     and not runs[1].error):
                 traj.meta["demo"] = f"recovery:{kind}"
                 return traj
-    turns = demo_turns(task, config.mode, empty_submit=config.submit_hint)
+    turns = demo_turns(task, config.mode, empty_submit=config.submission.submit_hint)
     if not turns:
         return None
     traj = _replay(task, turns, tokenizer, config, docs_browser)
     if example_call(task) and any(s.error for s in _runs(traj)):
-        turns = demo_turns(task, config.mode, example=False, empty_submit=config.submit_hint)
+        turns = demo_turns(task, config.mode, example=False, empty_submit=config.submission.submit_hint)
         traj = _replay(task, turns, tokenizer, config, docs_browser)
     return traj
 

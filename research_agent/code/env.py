@@ -12,9 +12,7 @@ it out of the loss). Actions are plain text, as in the research agent and the se
 Generation of one turn stops at ``</search>`` or at a code block's closing fence ("\\n```\\n"), so a
 turn holds at most one action; an opening fence with a language (```python) never matches the stop
 string, but a bare ``` line does: such a turn ends at its opening fence, and the model is told so.
-The agent loop can instead continue a turn that stopped at a bare fence or at the end of a bare block
-(a quoted error; ``turn_continues``, ``CodeAgentConfig.continue_quotes``, off by default), and then
-a tagged block after the quote is the action. Some backends (vLLM) drop the stop string from the
+Some backends (vLLM) drop the stop string from the
 output: the endpoint policy puts back the one the server names (vLLM's ``stop_reason``), and a final
 block or tag left unclosed is accepted as if closed.
 """
@@ -85,23 +83,6 @@ def _first_action(text: str) -> tuple[str, str, int] | None:
     return min(found, key=lambda x: x[2]) if found else None
 
 
-def turn_continues(text: str, mode: str) -> bool:
-    """Did this turn stop at a ``` line that does not end an action, so generation should go on?
-
-    The stop string "\n```\n" also matches a bare opening fence and the close of a bare block, which
-    in the tool modes is a quote, not an action (smollm2 after code SFT wrote "The error is:\n```\n"
-    three turns running, each one cut at its opening fence). A backend can only stop at a substring,
-    so the agent loop (with ``continue_quotes``) asks this and continues the turn. In no-tools a
-    closed bare block is the answer.
-    """
-    if not text.endswith("```\n") or _SEARCH.search(text):
-        return False
-    blocks = _fences(text)
-    if not blocks or any(kind != "plain" for kind, _, _, _ in blocks):
-        return False
-    return not blocks[-1][3] or mode != "no-tools"
-
-
 STOP_STRINGS = ["</search>", "\n```\n"]
 # Actions that use up the tool budget; submit never does (it must stay possible to end the task).
 BUDGETED = ("search", "execute")
@@ -129,7 +110,7 @@ class CodeEnvironment:
         """``config`` (a ``CodeAgentConfig``) and ``tokenizer`` are needed only to run the episode
         through the agent loop; parsing and the tools work without them."""
         self.task = task
-        self.submit_hint = submit_hint if config is None else config.submit_hint
+        self.submit_hint = submit_hint if config is None else config.submission.submit_hint
         self.config, self.tokenizer, self.model, self.id = config, tokenizer, model, id or task.id
         # the seed's "run tests" tool: a failed submission is answered and the episode goes on (tool
         # modes only: no-tools has one turn, so its submission is final either way)
@@ -147,7 +128,6 @@ class CodeEnvironment:
         self._failed_at_run: int | None = None  # the run count when a submission was last answered FAIL
         self._passes_examples: dict[str, bool] = {}  # same_code -> verdict of the examples on it
         self.passed = False
-        self.suggested: set[str] = set()  # API queries already suggested (suggest_search) or searched
 
     STOP_STRINGS = STOP_STRINGS  # the name parsers and demos have always used
 
@@ -180,11 +160,7 @@ class CodeEnvironment:
     def prompt(self, traj: Trajectory) -> list[int]:
         return traj.prompt_ids + traj.token_ids
 
-    def continues(self, text: str) -> bool:
-        return self.config.continue_quotes and turn_continues(text, self.config.mode)
-
-    def parse(self, traj: Trajectory, gen: Any, prompt: list[int], continued: int,
-              seconds: float) -> tuple[Step, tuple[str, str]]:
+    def parse(self, traj: Trajectory, gen: Any, prompt: list[int], seconds: float) -> tuple[Step, tuple[str, str]]:
         action, argument, valid, error = self.parse_text(gen.text, self.config.mode)
         stub = action == "submit" and bool(argument) and self._stub(argument)
         from_last_run = action == "submit" and (not argument or stub)
@@ -192,8 +168,7 @@ class CodeEnvironment:
             argument, error = self.resolve_submit(argument)
             if error:
                 action, valid = "invalid", False
-        info = {"finish_reason": gen.finish_reason, **({"continued": continued} if continued else {}),
-                **({"from_last_run": True} if from_last_run and valid else {}),
+        info = {"finish_reason": gen.finish_reason, **({"from_last_run": True} if from_last_run and valid else {}),
                 **({"stub": True} if stub and valid else {})}
         step = Step(action=action, argument=argument, completion=gen.text, valid=valid, error=error,
                     completion_ids=list(gen.token_ids), completion_logprobs=list(gen.logprobs), seconds=seconds,
@@ -213,17 +188,18 @@ class CodeEnvironment:
         once the draws are spent (then flagged as a repeat) or on a turn that is not such a repeat.
         Each draw has its own seed (``draw_seed``)."""
         cfg = self.config
-        if cfg is None or not self.feedback or draws >= cfg.redraw_repeats or not (self.failed or self.failed_runs):
+        if cfg is None or not self.feedback or draws >= cfg.redraw.repeats or not (self.failed or self.failed_runs):
             return None
+        redraw = cfg.redraw
         if draws and not step.valid:  # a malformed sample: draw again (the repeat is kept if all are)
-            return cfg.redraw_temperature, draw_seed(cfg.redraw_seed, self.task.id, len(traj.steps), draws)
+            return redraw.temperature, draw_seed(redraw.seed, self.task.id, len(traj.steps), draws)
         if not step.valid or step.action not in ("execute", "submit"):
             return None
         key = same_code(step.argument)
-        raised = step.action == "execute" and cfg.redraw_failed_runs and key in self.failed_runs
+        raised = step.action == "execute" and redraw.failed_runs and key in self.failed_runs
         if key not in self.failed and not raised:
             return None
-        return cfg.redraw_temperature, draw_seed(cfg.redraw_seed, self.task.id, len(traj.steps), draws)
+        return redraw.temperature, draw_seed(redraw.seed, self.task.id, len(traj.steps), draws)
 
     def out_of_budget(self, traj: Trajectory) -> None:
         """SWE-agent's autosubmit (``submit_last_run_at_limit``): an episode that ran out of turns
@@ -300,11 +276,7 @@ class CodeEnvironment:
         if last_turn:
             traj.stop_reason = "submit"
         details = failure_details(self.last_result) if self.last_result is not None else body
-        note = self.budget_note(traj)
-        if note and (suggestion := self._search_suggestion(details)):  # only when a turn follows
-            step.info["suggested_search"], step.info["note"] = suggestion
-            note = f"{suggestion[1]} {note}"
-        return self._stub_note(step, self._failed(step, details)), note
+        return self._stub_note(step, self._failed(step, details)), self.budget_note(traj)
 
     def _failed(self, step: Step, details: str) -> str:
         """The FAIL answer; a repeat of a failed submission is told so (``flag_repeats``)."""
@@ -323,8 +295,8 @@ class CodeEnvironment:
         return body
 
     def _option(self, name: str) -> bool:
-        """A ``CodeAgentConfig`` switch; on where the environment only parses and runs (no config)."""
-        return True if self.config is None else bool(getattr(self.config, name))
+        """A switch of ``CodeAgentConfig.submission``; on where the environment only parses and runs (no config)."""
+        return True if self.config is None else bool(getattr(self.config.submission, name))
 
     def _stub(self, code: str) -> bool:
         """A submission to be read as "the code I just ran" (``stub_submits_last_run``; tool modes)."""
@@ -492,8 +464,6 @@ class CodeEnvironment:
                 info["repeat_of"] = failed[0]
             elif self.submit_hint and res.ok and not res.error and defines:
                 info["note"] = prompts.SUBMIT_HINT.format(name=self.task.entry_point)
-            elif res.error and (suggestion := self._search_suggestion(res.error)):
-                info["suggested_search"], info["note"] = suggestion
             return truncate(body, OBSERVATION_CHARS), info, False
         if action == "submit":
             argument, error = self.resolve_submit(argument)
@@ -521,21 +491,7 @@ class CodeEnvironment:
         name = re.escape(self.task.entry_point)
         return re.search(rf"(?m)^\s*(async\s+)?def\s+{name}\s*\(|^\s*class\s+{name}\b", code) is not None
 
-    def _search_suggestion(self, error: str) -> tuple[str, str] | None:
-        """(query, note): the docs search to suggest for an API mistake in ``error`` (``suggest_search``),
-        once per query and episode; None outside multi-tool, without docs, or for a mistake on Python's
-        own types."""
-        cfg = self.config
-        if cfg is None or not cfg.suggest_search or cfg.mode != "multi-tool" or self.docs_browser is None:
-            return None
-        found = api_error_query(error, self.task.entry_point)
-        if found is None or found[1].lower() in self.suggested:
-            return None
-        self.suggested.add(found[1].lower())
-        return found[1], prompts.SEARCH_SUGGESTION.format(api=found[0], query=found[1])
-
     def _search(self, query: str) -> tuple[str, dict, bool]:
-        self.suggested.add(" ".join(query.lower().split()))
         if self.docs_browser is None:
             return prompts.NO_DOCS, {"hits": []}, False
         try:
@@ -552,45 +508,6 @@ class CodeEnvironment:
                 text = hit.snippet
             blocks.append(f"[{hit.title}]\n{truncate(text.strip(), HIT_CHARS)}")
         return truncate("\n\n".join(blocks), OBSERVATION_CHARS), {"hits": [h.chunk_id for h in hits]}, False
-
-
-# Python's own types: an AttributeError on them is a logic slip (a list where a DataFrame was meant),
-# which the API docs do not answer.
-_BUILTIN_TYPES = frozenset("list dict str int float complex tuple set frozenset bool bytes bytearray NoneType "
-                           "function builtin_function_or_method method module type object range generator".split())
-_NO_ATTRIBUTE = re.compile(r"'([A-Za-z_][\w.]*)' object has no attribute '(\w+)'")
-_MODULE_NO_ATTRIBUTE = re.compile(r"module '([A-Za-z_][\w.]*)' has no attribute '(\w+)'")
-_BAD_CALL = re.compile(r"\b([A-Za-z_][\w.]*)\(\) (got an unexpected keyword argument '(\w+)'|missing \d+ required "
-                       r"(?:positional|keyword-only) arguments?|takes \d+ positional arguments?)")
-# the libraries whose classes the tasks use, so a query names its library as the demonstrations do
-_LIBRARY_OF = {"DataFrame": "pandas", "Series": "pandas", "Index": "pandas", "Timestamp": "pandas",
-               "DataFrameGroupBy": "pandas", "SeriesGroupBy": "pandas", "ndarray": "numpy",
-               "Axes": "matplotlib", "Figure": "matplotlib", "Rectangle": "matplotlib"}
-
-
-def api_error_query(error: str, entry_point: str = "") -> tuple[str, str] | None:
-    """(the API, a docs query) for the first library API mistake an error names: an attribute a
-    library object lacks, or a call with a wrong argument. Mistakes on Python's own types and calls
-    of the task's entry point are not API questions."""
-    for rx in (_NO_ATTRIBUTE, _MODULE_NO_ATTRIBUTE):
-        m = rx.search(error)
-        if m and m.group(1) not in _BUILTIN_TYPES:
-            owner, attr = m.group(1), m.group(2)
-            api = f"{owner}.{attr}"
-            break
-    else:
-        m = _BAD_CALL.search(error)
-        called = m.group(1).removesuffix(".__init__") if m else ""  # a constructor: the class is the API
-        if m is None or called.split(".")[-1] in (entry_point, *_BUILTIN_TYPES):
-            return None
-        owner, _, attr = called.rpartition(".")
-        api = called
-        if m.group(3):  # the keyword it does not take: the query asks for the call's parameters
-            attr = f"{attr} {m.group(3)}"
-    parts = owner.split(".") if owner else []
-    library = _LIBRARY_OF.get(parts[-1] if parts else attr.split()[0])
-    words = ([library] if library and library not in parts else []) + [p for p in parts if p] + attr.split()
-    return api, " ".join(words)
 
 
 def entry_point_is_stub(code: str, name: str) -> bool:

@@ -42,9 +42,6 @@ SUBMIT_HINT = (
     "block submits the code you last ran."
 )
 
-# An error that names a library API the code misused (``suggest_search``): the query to make for it.
-SEARCH_SUGGESTION = "`{api}` is not used as the library defines it: search its docs, e.g. <search>{query}</search>"
-
 # Observations: inline (appended to the model's own turn) or inside the chat template's user turn.
 OBSERVATION = "\n<result>\n{body}\n</result>\n"
 CHAT_OBSERVATION = "{before}<result>\n{body}\n</result>{after}"

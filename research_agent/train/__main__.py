@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from .tracking import TrackerError, check_tracker
 
     try:
-        use_device(cfg.device, cfg.dtype)  # before the corpus, the tasks or the model are touched
+        use_device(cfg.compute.device, cfg.compute.dtype)  # before the corpus, the tasks or the model are touched
         check_tracker(cfg.report_to)
     except (DeviceError, TrackerError) as e:
         print(f"error: {e}", file=sys.stderr)

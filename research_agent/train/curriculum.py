@@ -154,11 +154,11 @@ class LearnabilityCurriculum:
 
 
 def make_curriculum(name: str, items: Sequence[Any], cfg: Any) -> OrderedDraw | LearnabilityCurriculum:
-    """The task sampler ``cfg.curriculum`` names, over ``items``."""
+    """The task sampler ``cfg.curriculum.name`` names, over ``items``."""
     if name == "none":
         return OrderedDraw(len(items), cfg.seed)
     if name == "learnability":
-        kinds = [task_kind(t, cfg.curriculum_key) for t in items]
-        return LearnabilityCurriculum(kinds, cfg.seed, low=cfg.filter_low, high=cfg.filter_high,
-                                      decay=cfg.curriculum_decay, floor=cfg.curriculum_floor)
+        kinds = [task_kind(t, cfg.curriculum.key) for t in items]
+        return LearnabilityCurriculum(kinds, cfg.seed, low=cfg.filters.low, high=cfg.filters.high,
+                                      decay=cfg.curriculum.decay, floor=cfg.curriculum.floor)
     raise ValueError(f"curriculum must be one of {', '.join(CURRICULA)}, not {name!r}")

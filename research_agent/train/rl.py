@@ -62,7 +62,7 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
     from research_agent.inference.models import load_model
 
     try:
-        base, tok = load_model(cfg.model, progress=progress, device=cfg.device, dtype=cfg.dtype)
+        base, tok = load_model(cfg.model, progress=progress, device=cfg.compute.device, dtype=cfg.compute.dtype)
     except DeviceError as e:
         raise SystemExit(f"error: {e}") from None
     chain: list[str] = []
@@ -71,11 +71,11 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
             base, chain = merge_adapter_chain(base, cfg.init_adapter)
         except AdapterError as e:
             raise SystemExit(f"error: init_adapter: {e}") from None
-    lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+    lcfg = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                      target_modules=list(cfg.lora.targets), task_type="CAUSAL_LM")
     model = get_peft_model(base, lcfg)
     model.merged_chain = chain
-    set_checkpointing(model, bool(cfg.gradient_checkpointing))
+    set_checkpointing(model, bool(cfg.compute.gradient_checkpointing))
     return model, tok
 
 
@@ -89,8 +89,8 @@ ACTIVATION_BUDGET_BYTES = 1.5 * 2**30
 def wants_checkpointing(cfg: TrainConfig, model, tokens: int) -> bool:
     """Whether a pass over ``tokens`` (rows x longest row) recomputes activations: as set, else when
     keeping them would take more than ``ACTIVATION_BUDGET_BYTES`` (estimated from the model's size)."""
-    if cfg.gradient_checkpointing is not None:
-        return cfg.gradient_checkpointing
+    if cfg.compute.gradient_checkpointing is not None:
+        return cfg.compute.gradient_checkpointing
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(inner, "config", None)
     config = getattr(config, "text_config", None) or config
@@ -202,10 +202,10 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
     # total), so how units are grouped and chunked changes nothing but the cost: a prompt shared by
     # a group's trajectories runs once, and short suffixes are not padded to a long straggler.
     longest = max((len(u[1]) for u in units), default=0)
-    checkpointing = wants_checkpointing(cfg, model, longest * min(cfg.micro_batch, max(len(units), 1)))
+    checkpointing = wants_checkpointing(cfg, model, longest * min(cfg.compute.micro_batch, max(len(units), 1)))
     set_checkpointing(model, checkpointing)
-    share = cfg.share_prefix and not checkpointing  # checkpointed layers write no K/V cache
-    plan = plan_update([(u[1], u[2]) for u in units], cfg.micro_batch,
+    share = cfg.compute.share_prefix and not checkpointing  # checkpointed layers write no K/V cache
+    plan = plan_update([(u[1], u[2]) for u in units], cfg.compute.micro_batch,
                        **{"share_prefix": share, **(layout or {})}) if units else []  # layout: benchmarks' overrides
     total = sum(sum(u[2]) for u in units)
     if ranks.active:  # the step's tokens on every rank; no rank has any: no step anywhere
@@ -287,11 +287,11 @@ def rollout_round(batch_items: list[dict], policy, browser, cfg: TrainConfig, st
         correct = [tasks.is_correct(t, cfg) for t in trajs]
     rewards = [r.score for r in results]
     if cfg.algorithm == "gigpo":
-        adv = gigpo_advantages(trajs, rewards, cfg.group_size, gamma=cfg.gigpo_gamma, omega=cfg.gigpo_omega)
+        adv = gigpo_advantages(trajs, rewards, cfg.group_size, gamma=cfg.gigpo.gamma, omega=cfg.gigpo.omega)
     else:
         adv = group_advantages(rewards, cfg.group_size, cfg.algorithm)
-    keep = keep_groups(rewards, correct, cfg.group_size, low=cfg.filter_low, high=cfg.filter_high,
-                       zero_variance=cfg.filter_zero_variance)
+    keep = keep_groups(rewards, correct, cfg.group_size, low=cfg.filters.low, high=cfg.filters.high,
+                       zero_variance=cfg.filters.zero_variance)
     return trajs, results, rewards, correct, adv, keep
 
 
@@ -332,7 +332,7 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     advantages, filters and metrics are computed identically; each rank trains its own groups and
     the gradients are summed (``policy_update``).  Only rank 0 writes the run directory."""
     tasks = task_type or get_task_type(cfg.task_type)
-    ranks = init_distributed(cfg.device)
+    ranks = init_distributed(cfg.compute.device)
     progress = progress and ranks.main
     tasks.prepare(cfg)
     out = prepare_run(cfg, resume, write=ranks.main)
@@ -341,8 +341,8 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     params = [p for p in model.parameters() if p.requires_grad]
     broadcast_params(params, ranks)  # the same initial adapter on every rank
     opt = torch.optim.AdamW(params, lr=cfg.lr)
-    reward_fn = make_reward(cfg.reward)
-    safe_reward = SafeReward(reward_fn, cfg.reward_fallback)
+    reward_fn = make_reward(cfg.scoring.reward)
+    safe_reward = SafeReward(reward_fn, cfg.scoring.reward_fallback)
     state = {"position": 0, "order_seed": cfg.seed, "reward_state": None, "curriculum": None}
     start = 0
     metrics_path = out / "metrics.jsonl"
@@ -358,17 +358,17 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     elif ranks.main and metrics_path.exists():
         metrics_path.unlink()
     barrier(ranks)  # rank 0 is done with the run directory before anyone goes on
-    if cfg.curriculum == "none":  # the data order of runs (and checkpoints) made before curricula
+    if cfg.curriculum.name == "none":  # the data order of runs (and checkpoints) made before curricula
         sampler = OrderedDraw(len(items), state["order_seed"])
         sampler.position = state["position"]
     else:
-        sampler = make_curriculum(cfg.curriculum, items, cfg)
+        sampler = make_curriculum(cfg.curriculum.name, items, cfg)
         if state.get("curriculum"):
             sampler.load_state_dict(state["curriculum"])
     browser = browser or tasks.make_browser(cfg)
     publisher = None
-    if cfg.rollout_endpoint:  # generation on a server, which holds the adapter published after each step
-        publisher = AdapterPublisher(cfg.rollout_endpoint, cfg.model, tok, out, name=Path(cfg.out).name or "train")
+    if cfg.compute.rollout_endpoint:  # generation on a server, which holds the adapter published after each step
+        publisher = AdapterPublisher(cfg.compute.rollout_endpoint, cfg.model, tok, out, name=Path(cfg.out).name or "train")
         policy = publisher.policy
         _publish(publisher, model, start, ranks)
     else:
@@ -393,10 +393,10 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
             for acc, part in zip((trajs, results, rewards, correct, adv, keep_g), rnd, strict=True):
                 acc += part
             rounds += 1
-            if sum(keep_g) >= cfg.prompts_per_step or rounds > cfg.dynamic_sampling:
+            if sum(keep_g) >= cfg.prompts_per_step or rounds > cfg.filters.dynamic_sampling:
                 break
         chosen = [i for i, t in enumerate(trajs)
-                  if keep_g[i // cfg.group_size] and not (cfg.drop_void_turns and t.has_void_turn)
+                  if keep_g[i // cfg.group_size] and not (cfg.filters.drop_void_turns and t.has_void_turn)
                   and any(t.token_mask)]
         mine = [i for i in chosen if ranks.owns(i // cfg.group_size)]  # all of them in one process
         for i in mine:  # the loss must cover the model's own tokens and nothing the tools returned
@@ -435,12 +435,12 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
                 print(f"ALARM at step {step + 1}: {alarm}. Stopping; the last good checkpoint is kept.",
                       file=sys.stderr)
             raise TrainingStopped(alarm)
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+        if (step + 1) % cfg.checkpoints.every == 0 or step + 1 == cfg.steps:
             rs = reward_fn.state_dict() if hasattr(reward_fn, "state_dict") else None
             if ranks.main:
                 save_checkpoint(out, step + 1, model, opt,
                                 {**state, "reward_state": rs, "curriculum": sampler.state_dict()},
-                                keep=cfg.keep_checkpoints)
+                                keep=cfg.checkpoints.keep)
             barrier(ranks)
     tracker.close()
     summary = {"steps": cfg.steps, "final": history[-1] if history else None, "adapter": str(out / "adapter")}

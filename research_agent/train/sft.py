@@ -60,7 +60,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
     from .rl import set_checkpointing, setup_lora, wants_checkpointing
 
     tasks = task_type or get_task_type(cfg.task_type)
-    ranks = init_distributed(cfg.device)
+    ranks = init_distributed(cfg.compute.device)
     progress = progress and ranks.main
     tasks.prepare(cfg)
     tasks.check_sft(cfg)
@@ -77,7 +77,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
     broadcast_params(params, ranks)  # the same initial adapter on every rank
     device = model_device(model)
     opt = torch.optim.AdamW(params, lr=cfg.lr)
-    steps_per_epoch = (len(examples) + cfg.micro_batch - 1) // cfg.micro_batch
+    steps_per_epoch = (len(examples) + cfg.compute.micro_batch - 1) // cfg.compute.micro_batch
     total = steps_per_epoch * cfg.epochs
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / max(1, total)))
     start = 0
@@ -98,7 +98,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
         epoch, pos = divmod(step, steps_per_epoch)
         order = list(range(len(examples)))
         random.Random(cfg.seed + epoch).shuffle(order)
-        idx = order[pos * cfg.micro_batch: (pos + 1) * cfg.micro_batch]
+        idx = order[pos * cfg.compute.micro_batch: (pos + 1) * cfg.compute.micro_batch]
         t0 = time.perf_counter()
         rows = idx[ranks.rank::ranks.world] if ranks.active else idx
         set_checkpointing(model, wants_checkpointing(cfg, model, len(rows) * max(
@@ -128,9 +128,9 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
                 f.write(json.dumps(last) + "\n")
             tracker.log(last, step + 1)
         bar.set_postfix(loss=f"{last['loss']:.3f}")
-        if (step + 1) % max(1, cfg.checkpoint_every) == 0:
+        if (step + 1) % max(1, cfg.checkpoints.every) == 0:
             if ranks.main:
-                save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.keep_checkpoints)
+                save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.checkpoints.keep)
             barrier(ranks)
     tracker.close()
     summary = {"examples": len(examples), "skipped": skipped, "steps": total,

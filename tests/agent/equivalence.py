@@ -52,7 +52,7 @@ def episode(traj) -> dict:
 
 def record(model, tok, browser, corpus_dir: Path, docs_browser, code_tasks, work: Path) -> dict:
     from research_agent.agent import AgentConfig, run_batch
-    from research_agent.code.agent import CodeAgentConfig, run_code_batch
+    from research_agent.code.agent import CodeAgentConfig, RedrawSettings, SubmissionSettings, run_code_batch
     from research_agent.inference.policy import LocalPolicy
     from research_agent.train.config import TrainConfig
     from research_agent.train.rl import train_rl
@@ -64,16 +64,18 @@ def record(model, tok, browser, corpus_dir: Path, docs_browser, code_tasks, work
     code = run_code_batch([{"id": t.id, "task": t} for t in code_tasks], policy, docs_browser,
                           CodeAgentConfig(mode="multi-tool", max_turns=3, max_new_tokens=96,
                                           # the recording predates these switches (their own tests: test_code_examples)
-                                          stub_submits_last_run=False, flag_repeats=False,
-                                          recall_passing_run=False, submit_last_run_at_limit=False,
-                                          redraw_repeats=0),
+                                          submission=SubmissionSettings(stub_submits_last_run=False, flag_repeats=False,
+                                                                        recall_passing_run=False,
+                                                                        submit_last_run_at_limit=False),
+                                          redraw=RedrawSettings(repeats=0)),
                           progress=False,
                           concurrency=1)
     tasks = work / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({**q, "split": "train"}) + "\n" for q in QUESTIONS[:2]))
-    cfg = TrainConfig(model="smollm2-135m", tasks=str(tasks), corpus=str(corpus_dir), steps=1, group_size=2,
-                      prompts_per_step=2, lr=1e-3, filter_low=0.0, filter_high=1.0, filter_zero_variance=False,
-                      drop_void_turns=False, concurrency=1, out=str(work / "rl"), max_turns=3)
+    cfg = TrainConfig(model="smollm2-135m", tasks=str(tasks), retrieval={"corpus": str(corpus_dir)}, steps=1,
+                      group_size=2, prompts_per_step=2, lr=1e-3,
+                      filters={"low": 0.0, "high": 1.0, "zero_variance": False, "drop_void_turns": False},
+                      compute={"concurrency": 1}, out=str(work / "rl"), agent={"max_turns": 3})
     summary = train_rl(cfg, browser=browser, progress=False)
     row = summary["final"]
     from safetensors.torch import load_file

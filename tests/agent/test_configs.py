@@ -40,7 +40,7 @@ def test_config_files_are_read_strictly(tmp_path):
     from research_agent.train.config import TrainConfig, load_config
 
     cfg = build(TrainConfig, load_file(good))
-    assert cfg.share_prefix is False and cfg.steps == 3 and cfg.lora_targets == ["q_proj"]  # "no" is not True
+    assert cfg.compute.share_prefix is False and cfg.steps == 3 and cfg.lora.targets == ["q_proj"]  # "no" is not True
     yaml = tmp_path / "run.yaml"
     yaml.write_text("steps: 4\ngradient_checkpointing: true\n")
     assert load_config(["--config", str(yaml)])[0].steps == 4
@@ -72,7 +72,7 @@ def test_a_bare_boolean_flag_means_true():
     from research_agent.train.config import load_config
 
     cfg, _ = load_config(["--allow-unsafe-sandbox", "--share-prefix", "false"])
-    assert cfg.allow_unsafe_sandbox is True and cfg.share_prefix is False
+    assert cfg.code.allow_unsafe_sandbox is True and cfg.compute.share_prefix is False
 
 
 def test_the_same_flag_means_the_same_in_ask_eval_and_synth():
@@ -116,3 +116,31 @@ def test_eval_reads_agent_settings_from_a_file_under_its_flags(tmp_path):
     with pytest.raises(SystemExit, match="does not exist"):
         agent_config(build_parser().parse_args(["qa", "--bench", "x", "--out", "o", "--config",
                                                 str(tmp_path / "missing.toml")]))
+
+
+def test_the_code_agents_grouped_settings_keep_their_flat_names(tmp_path):
+    """CodeAgentConfig groups its submission and redraw switches into sections; flags, --set, files and
+    records still name each by its flat name (redraw_repeats), and a file may also write the table."""
+    import dataclasses
+
+    from eval.code import build_parser as code_parser
+    from eval.code import code_config
+    from research_agent.code.agent import CodeAgentConfig
+    from research_agent.configs import flat_dict
+    from research_agent.train.config import load_config
+
+    assert len(dataclasses.fields(CodeAgentConfig)) <= 12
+    cfg = code_config(code_parser().parse_args(["--out", "o", "--set", "redraw_repeats=0",
+                                                "--set", "submit_hint=false"]))
+    assert cfg.redraw.repeats == 0 and cfg.submission.submit_hint is False and cfg.redraw.temperature == 1.0
+    record = cfg.to_dict()
+    assert record == flat_dict(cfg) and record["redraw_repeats"] == 0 and "redraw" not in record
+    assert build(CodeAgentConfig, record) == cfg  # a record reads back as the same config
+    (tmp_path / "code.toml").write_text("redraw_seed = 3\n[redraw]\nrepeats = 2\n")
+    filed = code_config(code_parser().parse_args(["--out", "o", "--config", str(tmp_path / "code.toml")]))
+    assert (filed.redraw.repeats, filed.redraw.seed) == (2, 3)
+    with pytest.raises(SystemExit, match="redraw_repeats: 'x' is not an integer"):
+        code_config(code_parser().parse_args(["--out", "o", "--set", "redraw_repeats=x"]))
+    train, _ = load_config(["--task-type", "code", "--test-feedback", "false", "--code-mode", "code-only"])
+    assert train.agent.test_feedback is False and train.agent.mode == "code-only" and train.agent.redraw.repeats == 0
+    assert train.to_dict()["agent"]["redraw_repeats"] == 0

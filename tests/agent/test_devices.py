@@ -73,8 +73,8 @@ def test_sft_in_bfloat16_keeps_the_lora_weights_in_float32_and_learns(tmp_path):
         {"completion": "<answer>Paris [factbook/fr#0]</answer>", "observation": ""}]}
     data = tmp_path / "sft.jsonl"
     data.write_text("\n".join(json.dumps(rec) for _ in range(4)) + "\n")
-    cfg = TrainConfig(stage="sft", tasks=str(data), out=str(tmp_path / "sft"), epochs=3, lr=2e-3, micro_batch=2,
-                      checkpoint_every=100, device="cpu", dtype="bfloat16")
+    cfg = TrainConfig(stage="sft", tasks=str(data), out=str(tmp_path / "sft"), epochs=3, lr=2e-3,
+                      compute={"micro_batch": 2, "device": "cpu", "dtype": "bfloat16"}, checkpoints={"every": 100})
     train_sft(cfg, progress=False)
     losses = [json.loads(x)["loss"] for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert all(x == x for x in losses) and losses[-1] < losses[0] * 0.8
@@ -82,4 +82,4 @@ def test_sft_in_bfloat16_keeps_the_lora_weights_in_float32_and_learns(tmp_path):
 
     weights = load_file(str(tmp_path / "sft" / "adapter" / "adapter_model.safetensors"))
     assert weights and all(w.dtype == torch.float32 for w in weights.values())
-    assert json.loads((tmp_path / "sft" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((tmp_path / "sft" / "config.json").read_text())["compute"]["dtype"] == "bfloat16"

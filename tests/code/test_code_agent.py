@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from research_agent.code.agent import MAX_CONTINUATIONS, CodeAgent, CodeAgentConfig, run_code_batch
+from research_agent.code.agent import (
+    CodeAgent,
+    CodeAgentConfig,
+    RedrawSettings,
+    SubmissionSettings,
+    run_code_batch,
+)
 from research_agent.inference.policy import BatchingPolicy, LocalPolicy
 from rewards.code import code_shaped_reward, code_torl_reward
 from tests.doubles import ScriptedPolicy as _Scripted
@@ -31,13 +37,9 @@ def _fenced(kind: str, code: str) -> str:
 
 def _stream_matches_prompts(policy: ScriptedPolicy, traj) -> None:
     traj.check_consistency()
-    # a turn continued past a quoted ``` block took more than one call: its first call opens the turn
-    starts = [0]
-    for s in traj.steps:
-        starts.append(starts[-1] + 1 + s.info.get("continued", 0))
     for i in range(1, len(traj.steps)):
-        prev, s = policy.prompts[starts[i - 1]], traj.steps[i - 1]
-        assert policy.prompts[starts[i]] == prev + s.completion_ids + s.observation_ids
+        prev, s = policy.prompts[i - 1], traj.steps[i - 1]
+        assert policy.prompts[i] == prev + s.completion_ids + s.observation_ids
     model_tokens = [t for t, m in zip(traj.token_ids, traj.token_mask, strict=True) if m]
     assert model_tokens == sum((s.completion_ids for s in traj.steps), [])
 
@@ -69,34 +71,6 @@ def test_search_execute_submit_passes_a_correct_solution(smol, tasks, docs_brows
     assert traj.meta["task_type"] == "code" and traj.meta["mode"] == "multi-tool"
     _stream_matches_prompts(policy, traj)
     assert code_shaped_reward(traj).score == 1.0 and code_torl_reward(traj).score == 1.0
-
-
-def test_a_turn_goes_on_past_a_quoted_error_to_the_block_it_runs(smol, tasks):
-    """smollm2 after code SFT cut its turns at "The error is:\n```\n" (the stop string matches a bare
-    opening fence): with continue_quotes the turn goes on, as the same model's tokens, until a tagged
-    block closes."""
-    _, tok = smol
-    task = tasks[0]
-    pieces = ["The error is:\n```\n", "NameError: name 'x' is not defined\n```\n", _fenced("python", "print(2 + 3)")]
-    policy = ScriptedPolicy(tok, [*pieces, _fenced("submit", task.meta["reference"])])
-    traj = CodeAgent(policy, task, None, CodeAgentConfig(mode="code-only", continue_quotes=True)).run()
-    assert [s.action for s in traj.steps] == ["execute", "submit"]
-    first = traj.steps[0]
-    assert first.completion == "".join(pieces) and first.info["continued"] == 2 and first.argument == "print(2 + 3)"
-    assert first.completion_ids == sum((tok.encode(p, add_special_tokens=False) for p in pieces), [])
-    assert len(first.completion_logprobs) == len(first.completion_ids) and "5" in first.observation
-    # each continuation call reads the turn so far
-    assert policy.prompts[1] == policy.prompts[0] + tok.encode(pieces[0], add_special_tokens=False)
-    assert traj.gold["passed"] is True
-    _stream_matches_prompts(policy, traj)
-
-
-def test_continuations_are_bounded_by_the_turn_budget(smol, tasks):
-    _, tok = smol
-    policy = ScriptedPolicy(tok, ["```\n"] * 20)
-    traj = CodeAgent(policy, tasks[0], None, CodeAgentConfig(mode="code-only", max_turns=1, continue_quotes=True)).run()
-    assert len(traj.steps) == 1 and traj.steps[0].info["continued"] == MAX_CONTINUATIONS
-    assert len(policy.prompts) == 1 + MAX_CONTINUATIONS and not traj.steps[0].valid
 
 
 def test_wrong_solution_fails_and_erroring_code_is_recorded(smol, tasks, docs_browser):
@@ -139,7 +113,7 @@ def test_test_feedback_answers_a_failing_submission_and_the_last_one_is_scored(s
     again = ScriptedPolicy(tok, [_fenced("submit", wrong), _fenced("submit", wrong)])
     # the same code resubmitted and taken (no redraw): still answered, the episode ends at the limit
     traj = CodeAgent(again, task, None, CodeAgentConfig(mode="code-only", max_turns=2, test_feedback=True,
-                                                        redraw_repeats=0)).run()
+                                                        redraw=RedrawSettings(repeats=0))).run()
     assert [s.action for s in traj.steps] == ["submit", "submit"] and traj.stop_reason == "submit"
     assert traj.gold["passed"] is False and "Fix your code" in traj.steps[-1].observation
 
@@ -175,7 +149,6 @@ def test_malformed_turns_become_observations_and_turn_limit_ends_the_run(smol, t
     )
     traj = CodeAgent(policy, tasks[0], None, CodeAgentConfig(mode="code-only")).run()
     assert traj.stop_reason == "max_turns" and len(traj.steps) == 5 and traj.answer is None
-    assert not any("continued" in s.info for s in traj.steps)  # continue_quotes is off by default
     assert all(s.action == "invalid" and not s.valid for s in traj.steps)
     assert "no tool call was found" in traj.steps[0].observation
     assert "search is not available" in traj.steps[1].observation
@@ -219,7 +192,8 @@ def test_submit_hint_survives_truncation_and_goes_with_the_budget_note(smol, tas
         ScriptedPolicy(tok, [_fenced("python", defines)]),
         task,
         None,
-        CodeAgentConfig(mode="code-only", observation_tokens=40, submit_hint=False, max_turns=2),
+        CodeAgentConfig(mode="code-only", observation_tokens=40, max_turns=2,
+                        submission=SubmissionSettings(submit_hint=False)),
     ).run()
     assert "submit it" not in off.steps[0].observation
     _stream_matches_prompts(policy, traj)
@@ -334,74 +308,3 @@ def test_inline_observations_stay_in_the_models_turn(smol, tasks):
     _stream_matches_prompts(policy, traj)
     with pytest.raises(ValueError, match="observation_format"):
         CodeAgentConfig(observation_format="xml")
-
-
-def test_api_errors_become_docs_queries_and_python_slips_do_not():
-    from research_agent.code.env import api_error_query
-
-    cases = {
-        "AttributeError: 'DataFrame' object has no attribute 'append'": ("DataFrame.append", "pandas DataFrame append"),
-        "AttributeError: 'numpy.ndarray' object has no attribute 'median'. Did you mean: 'mean'?":
-            ("numpy.ndarray.median", "numpy ndarray median"),
-        "TypeError: Series.corr() missing 1 required positional argument: 'other'": ("Series.corr", "pandas Series corr"),
-        "TypeError: regplot() got an unexpected keyword argument 'hue'": ("regplot", "regplot hue"),
-        "TypeError: Rectangle.__init__() missing 1 required positional argument: 'height'":
-            ("Rectangle", "matplotlib Rectangle"),
-        "AttributeError: module 'pandas' has no attribute 'read_txt'": ("pandas.read_txt", "pandas read_txt"),
-        # in a unittest failure line, as the FAIL answer shows it
-        "test_plot: AttributeError: 'DataFrame' object has no attribute 'tolist'": ("DataFrame.tolist", "pandas DataFrame tolist"),
-    }
-    for error, want in cases.items():
-        assert api_error_query(error, "task_func") == want, error
-    for slip in ("AttributeError: 'list' object has no attribute 'items'",
-                 "TypeError: list indices must be integers or slices, not str",
-                 "TypeError: task_func() takes 0 positional arguments but 1 was given",
-                 "TypeError: int() takes 1 positional argument", "NameError: name 'x' is not defined"):
-        assert api_error_query(slip, "task_func") is None, slip
-
-
-def test_suggest_search_answers_an_api_mistake_with_the_query_once(smol, tasks, docs_browser):
-    """qwen never searched, also after AttributeErrors the docs answer: with suggest_search the
-    error's answer names the search to make; the model's own search of it (or an earlier suggestion)
-    is not suggested again; Python's own slips and code-only runs get no suggestion."""
-    _, tok = smol
-    task = tasks[0]
-    bad = "import json\nprint(json.dumps({'a': 1}, indnt=2))"
-    script = [_fenced("python", bad), _fenced("python", bad), "<search>JSONEncoder indnt</search>",
-              _fenced("python", "print([].items())"), _fenced("submit", task.meta["reference"])]
-    cfg = CodeAgentConfig(mode="multi-tool", suggest_search=True, max_turns=5, max_tool_calls=5, redraw_repeats=0)
-    traj = CodeAgent(ScriptedPolicy(tok, list(script)), task, docs_browser.fork(), cfg).run()
-    run1, run2, search, slip, submit = traj.steps
-    assert run1.info["suggested_search"] == "JSONEncoder indnt" and "<search>JSONEncoder indnt</search>" in run1.observation
-    assert "note" not in run2.info and "<search>" not in run2.observation  # once per API and episode
-    assert search.action == "search" and search.info["hits"]
-    assert "note" not in slip.info and "<search>" not in slip.observation  # a list has no items: not an API question
-    assert submit.info["passed"] is True
-    from eval.code_metrics import code_metrics
-
-    metrics = code_metrics([traj])  # the search came a turn late: suggested once, not taken
-    assert metrics["suggested_searches"] == 1 and metrics["suggestions_taken"] == 0
-
-    for off in (CodeAgentConfig(mode="multi-tool", max_turns=5, max_tool_calls=5),  # off by default
-                CodeAgentConfig(mode="code-only", suggest_search=True, max_turns=5, max_tool_calls=5)):
-        turns = [t for t in script if not t.startswith("<search>")]
-        traj = CodeAgent(ScriptedPolicy(tok, turns), task, docs_browser.fork(), off).run()
-        assert not any("<search>" in s.observation for s in traj.steps)
-
-
-def test_suggest_search_follows_a_failed_submission_that_names_an_api(smol, dataframebench_two, docs_browser):
-    _, tok = smol
-    task = dataframebench_two[1]
-    wrong = (f"import pandas as pd\ndef {task.entry_point}(*args, **kwargs):\n"
-             "    return pd.DataFrame({'a': [1]}).append({'a': 2}, ignore_index=True)")
-    cfg = CodeAgentConfig(mode="multi-tool", suggest_search=True, max_turns=3, redraw_repeats=0)
-    traj = CodeAgent(ScriptedPolicy(tok, [_fenced("submit", wrong), "<search>pandas concat</search>", "unused"]),
-                     task, docs_browser.fork(), cfg).run()
-    submit = traj.steps[0]
-    assert submit.info["passed"] is False and "has no attribute 'append'" in submit.observation
-    assert "<search>pandas DataFrame append</search>" in submit.observation
-    assert submit.info["suggested_search"] == "pandas DataFrame append"
-    assert submit.info["note"].startswith("`DataFrame.append`") and traj.steps[1].action == "search"
-    from eval.code_metrics import code_metrics
-
-    assert code_metrics([traj])["suggestions_taken"] == 1

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from research_agent.code.agent import CodeAgentConfig
+from research_agent.code.agent import CodeAgentConfig, SubmissionSettings
 from research_agent.code.demos import (
     ReplayPolicy,
     breakage,
@@ -116,7 +116,8 @@ def test_demos_run_through_the_live_agent_and_only_passing_ones_are_kept(tmp_pat
     assert [t.id for t in build_demos(tasks, tok, CodeAgentConfig(mode="code-only"), path, progress=False)] == [
         "Demo/0", "Demo/1"]
     # without the note there is no empty submit to take: the solution is written out again
-    bare = build_demos(tasks[:1], tok, CodeAgentConfig(mode="code-only", submit_hint=False), tmp_path / "bare.jsonl",
+    bare = build_demos(tasks[:1], tok, CodeAgentConfig(mode="code-only",
+                                                       submission=SubmissionSettings(submit_hint=False)), tmp_path / "bare.jsonl",
                        progress=False)
     submit = bare[0].steps[1]
     assert "def task_func(xs):" in submit.completion and not submit.info.get("from_last_run")
@@ -189,8 +190,8 @@ def test_code_sft_stage_trains_lora_on_the_demonstrations(tmp_path, spec):
     from research_agent.train.config import TrainConfig
     from research_agent.train.sft import train_sft
 
-    cfg = TrainConfig(stage="sft", task_type="code", tasks=spec, code_mode="code-only", out=str(tmp_path / "sft"),
-                      epochs=1, micro_batch=2, lr=1e-3, checkpoint_every=1)
+    cfg = TrainConfig(stage="sft", task_type="code", tasks=spec, agent={"mode": "code-only"}, out=str(tmp_path / "sft"),
+                      epochs=1, compute={"micro_batch": 2}, lr=1e-3, checkpoints={"every": 1})
     summary = train_sft(cfg, progress=False)
     assert summary["examples"] == 2 and summary["steps"] == 1
     out = tmp_path / "sft"

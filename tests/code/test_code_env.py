@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from research_agent.code.env import MODES, CodeEnvironment, turn_continues
+from research_agent.code.env import MODES, CodeEnvironment
 from research_agent.code.tasks import load_tasks
 
 parse = CodeEnvironment.parse_text
@@ -73,23 +73,6 @@ def test_a_quoted_bare_block_before_a_tagged_one_is_not_the_action():
     # alone, a bare block is still refused in the tool modes and is the answer in no-tools
     assert parse("```\nprint(1)\n```\n", "code-only")[2] is False
     assert parse("```\ndef f(): pass\n```\n", "no-tools")[:2] == ("submit", "def f(): pass")
-
-
-def test_turn_continues_only_past_fences_that_end_no_action():
-    quote_open = "The error is:\n```\n"
-    quote_closed = quote_open + "NameError: x\n```\n"
-    for mode in ("code-only", "multi-tool"):
-        assert turn_continues(quote_open, mode)
-        assert turn_continues("```\n", mode)
-        assert turn_continues(quote_closed, mode)  # a quote, the action is still to come
-        assert not turn_continues(quote_closed + "```python\nprint(1)\n```\n", mode)
-        assert not turn_continues("```python\nprint(1)\n```\n", mode)
-        assert not turn_continues("```submit\n```\n", mode)
-        assert not turn_continues("<search>x</search>", mode)
-        assert not turn_continues("no fence at all", mode)
-    # in no-tools a closed bare block is the whole answer; a bare opening fence still goes on
-    assert not turn_continues("```\ndef f(): pass\n```\n", "no-tools")
-    assert turn_continues(quote_open, "no-tools")
 
 
 MALFORMED = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from research_agent.code.agent import CodeAgent, CodeAgentConfig
+from research_agent.code.agent import CodeAgent, CodeAgentConfig, RedrawSettings, SubmissionSettings
 from research_agent.code.env import draw_seed, failure_details
 from research_agent.code.examples import docstring_examples, validated_examples, visible_test_script
 from research_agent.code.sandbox import run_python
@@ -114,7 +114,8 @@ def test_a_submitted_stub_means_the_code_that_ran_and_the_option_turns_it_off(sm
     assert submit.info["visible_passed"] is True and traj.gold["passed"] is True and len(traj.steps) == 2
 
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
-                     CodeAgentConfig(mode="code-only", test_feedback=True, stub_submits_last_run=False)).run()
+                     CodeAgentConfig(mode="code-only", test_feedback=True,
+                                     submission=SubmissionSettings(stub_submits_last_run=False))).run()
     assert traj.steps[1].argument.strip() == stub.strip() and traj.steps[1].info["visible_passed"] is False
     assert "returned None" in traj.steps[1].observation and "stub" not in traj.steps[1].info
 
@@ -131,7 +132,8 @@ def test_failed_code_run_or_submitted_again_is_named_as_the_failed_submission(sm
     wrong = task.meta["stub"] + "    return False\n"
     script = [f"```submit\n{wrong}```\n", f"```python\n{wrong}\n\n```\n", f"```submit\n{wrong}```\n", "unused"]
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
-                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, redraw_repeats=0)).run()
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3,
+                                     redraw=RedrawSettings(repeats=0))).run()
     first, run, again = traj.steps
     assert "same code" not in first.observation and "repeat_of" not in first.info
     # the run of the failed code is told so, with its failure, in place of "submit it"
@@ -141,8 +143,9 @@ def test_failed_code_run_or_submitted_again_is_named_as_the_failed_submission(sm
     assert "returned False, expected True" in again.observation  # the verdict itself is still given
 
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None,
-                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, flag_repeats=False,
-                                     redraw_repeats=0)).run()
+                     CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3,
+                                     submission=SubmissionSettings(flag_repeats=False),
+                                     redraw=RedrawSettings(repeats=0))).run()
     assert "submit it" in traj.steps[1].observation and "same code" not in traj.steps[2].observation
 
 
@@ -162,8 +165,9 @@ def test_a_failed_submission_names_the_earlier_run_that_passes_the_examples(smol
     assert empty.info["from_last_run"] and empty.argument.strip() == task.meta["reference"].strip()
     assert empty.info["visible_passed"] is True and traj.gold["passed"] is True and len(traj.steps) == 4
 
-    off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=5, recall_passing_run=False,
-                          redraw_repeats=0)
+    off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=5,
+                          submission=SubmissionSettings(recall_passing_run=False),
+                          redraw=RedrawSettings(repeats=0))
     traj = CodeAgent(ScriptedPolicy(tok, script), task, None, off).run()
     assert "passing_run" not in traj.steps[2].info and "passes these examples" not in traj.steps[2].observation
     assert traj.steps[3].argument.strip() == wrong.strip() and traj.gold["passed"] is False  # the last run
@@ -192,7 +196,8 @@ def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, human
     assert code_shaped_reward(traj).score == -0.1  # the model's own protocol is still read
     assert code_torl_reward(traj).score == 1.0  # the verdict pass@1 scores
 
-    off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=2, submit_last_run_at_limit=False)
+    off = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=2,
+                          submission=SubmissionSettings(submit_last_run_at_limit=False))
     traj = CodeAgent(ScriptedPolicy(tok, ran + ["unused"]), task, None, off).run()
     assert not traj.gold.get("passed") and "autosubmitted" not in traj.meta and traj.answer is None
 
@@ -210,7 +215,8 @@ def test_an_episode_out_of_turns_is_scored_on_the_code_that_last_ran(smol, human
     assert code_torl_reward(traj).score == 1.0
 
     again = [f"```submit\n{wrong}```\n", f"```python\n{wrong}```\n", "unused"]
-    traj = CodeAgent(ScriptedPolicy(tok, again), task, None, replace(cfg, redraw_repeats=0)).run()
+    traj = CodeAgent(ScriptedPolicy(tok, again), task, None, replace(cfg,
+                                                                     redraw=replace(cfg.redraw, repeats=0))).run()
     assert "autosubmitted" not in traj.meta and traj.gold["passed"] is False and traj.answer.strip() == wrong.strip()
     assert code_shaped_reward(traj).score == 0.0 and code_torl_reward(traj).score == -1.0
 
@@ -227,7 +233,8 @@ def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_
     # greedy, told the submission failed, runs the same code again; the turn is drawn again (sampled)
     script = [f"```submit\n{wrong}```\n", f"```python\n{wrong}\n\n```\n", f"```submit\n{right}```\n", "unused"]
     policy = ScriptedPolicy(tok, script)
-    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, redraw_repeats=2, redraw_temperature=0.7)
+    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3,
+                          redraw=RedrawSettings(repeats=2, temperature=0.7))
     traj = CodeAgent(policy, task, None, cfg).run()
     assert [s.action for s in traj.steps] == ["submit", "submit"] and traj.gold["passed"] is True
     assert traj.steps[1].info["redrawn"] == 1 and "repeat_of" not in traj.steps[1].info
@@ -244,7 +251,7 @@ def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_
     script = [f"```python\n{wrong}```\n", f"```submit\n{wrong}```\n", "```submit\n```\n",
               f"```python\n{wrong}```\n", f"```submit\n{wrong}```\n", "unused"]
     policy = ScriptedPolicy(tok, script)
-    cfg = replace(cfg, redraw_temperature=0.9)
+    cfg = replace(cfg, redraw=replace(cfg.redraw, temperature=0.9))
     traj = CodeAgent(policy, task, None, cfg).run()
     third = traj.steps[2]
     assert third.info["redrawn"] == 2 and third.info["repeat_of"] == 1 and third.action == "submit"
@@ -254,7 +261,8 @@ def test_a_turn_that_repeats_a_failed_submission_is_drawn_again(smol, humaneval_
 
     # off (and in RL rollouts): every turn is taken as drawn
     policy = ScriptedPolicy(tok, [f"```submit\n{wrong}```\n", f"```submit\n{wrong}```\n", "unused"])
-    traj = CodeAgent(policy, task, None, replace(cfg, max_turns=2, redraw_repeats=0)).run()
+    traj = CodeAgent(policy, task, None, replace(cfg, max_turns=2,
+                                                 redraw=replace(cfg.redraw, repeats=0))).run()
     assert traj.steps[1].info["repeat_of"] == 1 and "redrawn" not in traj.steps[1].info
     assert len(policy.settings) == 2
 
@@ -267,7 +275,8 @@ def test_a_run_that_repeats_a_run_that_raised_is_drawn_again(smol, humaneval_all
     # the run raised; the same run again is drawn again, and the sample is taken
     script = [f"```python\n{crash}```\n", f"```python\n{crash}\n```\n", f"```submit\n{right}```\n", "unused"]
     policy = ScriptedPolicy(tok, script)
-    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3, redraw_repeats=2, redraw_temperature=0.7)
+    cfg = CodeAgentConfig(mode="code-only", test_feedback=True, max_turns=3,
+                          redraw=RedrawSettings(repeats=2, temperature=0.7))
     traj = CodeAgent(policy, task, None, cfg).run()
     assert "NameError" in traj.steps[0].error
     assert [s.action for s in traj.steps] == ["execute", "submit"] and traj.gold["passed"] is True
@@ -293,7 +302,8 @@ def test_a_run_that_repeats_a_run_that_raised_is_drawn_again(smol, humaneval_all
 
     # off: the repeat is taken, and marked as the rerun of run 1 (eval's repeated_failed_runs)
     policy = ScriptedPolicy(tok, [f"```python\n{crash}```\n", f"```python\n{crash}```\n", "unused"])
-    traj = CodeAgent(policy, task, None, replace(cfg, max_turns=2, redraw_failed_runs=False)).run()
+    traj = CodeAgent(policy, task, None, replace(cfg, max_turns=2,
+                                                 redraw=replace(cfg.redraw, failed_runs=False))).run()
     assert traj.steps[1].info["repeat_of_run"] == 1 and "redrawn" not in traj.steps[1].info
     assert len(policy.settings) == 2 and "NameError" in traj.steps[1].error
     from eval.code_metrics import code_metrics
@@ -305,5 +315,5 @@ def test_rl_rollouts_take_every_turn_as_drawn():
     from research_agent.tasks import CodeTasks
     from research_agent.train.config import TrainConfig
 
-    cfg = CodeTasks().agent_config(TrainConfig(task_type="code", code_mode="code-only"))
-    assert cfg.redraw_repeats == 0 and cfg.test_feedback is True
+    cfg = CodeTasks().agent_config(TrainConfig(task_type="code", agent={"mode": "code-only"}))
+    assert cfg.redraw.repeats == 0 and cfg.test_feedback is True

@@ -13,14 +13,14 @@ from eval.code import main, select_ids
 from eval.code_metrics import code_metrics
 from eval.code_modes import evaluate_code
 from eval.code_report import rl_result
-from eval.rundir import RunDirError, start_run
+from eval.rundir import CONFIG_VERSION, RunDirError, start_run
 from research_agent.code.agent import CodeAgentConfig
 from research_agent.code.apidocs import api_docs_browser
 from research_agent.code.tasks import load_tasks
 from tests.doubles import ScriptedPolicy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TODAY = {"task_type": "code", "config_version": 1}  # what a run.json written by this code adds to an older one
+TODAY = {"task_type": "code", "config_version": CONFIG_VERSION}  # what a run.json written by this code adds to an older one
 
 
 class ModeAwarePolicy(ScriptedPolicy):
@@ -254,14 +254,14 @@ def test_a_mode_directory_of_older_code_resumes(smol, tasks, tmp_path):
     evaluate_code(tasks, policy, None, ["no-tools"], tmp_path, config=cfg, run_info=info, progress=False)
     path = tmp_path / "no-tools" / "run.json"
     run = json.loads(path.read_text())
-    younger = ("redraw_seed", "suggest_search", "recall_passing_run", "observation_format")
+    younger = ("redraw_seed", "recall_passing_run", "observation_format")
     old = {k: v for k, v in run.items() if k not in ("task_type", "config_version")}
     old["agent_config"] = {k: v for k, v in run["agent_config"].items() if k not in younger}
     path.write_text(json.dumps(old))
     calls = len(policy.prompts)
     again = evaluate_code(tasks, policy, None, ["no-tools"], tmp_path, config=cfg, run_info=info, progress=False)
     assert len(policy.prompts) == calls and again["modes"]["no-tools"]["pass_at_1"] == 0.5
-    assert json.loads(path.read_text())["config_version"] == 1
+    assert json.loads(path.read_text())["config_version"] == CONFIG_VERSION
     mode = json.loads((tmp_path / "no-tools" / "results.json").read_text())
     assert mode["question_ids"] == [t.id for t in tasks] and mode["n_resumed"] == 2
 

@@ -102,10 +102,16 @@ def test_migrate_brings_an_older_run_json_to_todays_layout(tmp_path):
     qa = {"schema": 1, "bench": "toy", "agent_config": CONFIG, "model": "m"}
     assert migrate(qa) == {**qa, "task_type": "research", "config_version": CONFIG_VERSION}
     today = CodeAgentConfig(mode="code-only", test_feedback=False).to_dict()
-    older = {k: v for k, v in today.items() if k not in ("redraw_seed", "suggest_search")}
+    older = {k: v for k, v in today.items() if k != "redraw_seed"}
     code = migrate({"schema": 1, "mode": "code-only", "tasks": "t", "agent_config": older})
     assert code["task_type"] == "code" and code["agent_config"] == today  # both at the values that reproduce it
     assert migrate(code) is code  # today's layout is left as it is
+    # version 1 recorded the since retired continue_quotes and suggest_search: off, they are today's run
+    v1 = {"schema": 1, "mode": "code-only", "tasks": "t", "task_type": "code", "config_version": 1}
+    retired = {"continue_quotes": False, "suggest_search": False}
+    assert migrate({**v1, "agent_config": {**today, **retired}})["agent_config"] == today
+    on = migrate({**v1, "agent_config": {**today, **retired, "continue_quotes": True}})
+    assert on["agent_config"] == {**today, "continue_quotes": True}  # on, it is not: a resume is refused
     with pytest.raises(RunDirError, match="newer than this code"):
         migrate({**qa, "config_version": CONFIG_VERSION + 1})
 

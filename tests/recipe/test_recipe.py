@@ -40,8 +40,9 @@ def test_stages_chain_the_package_clis_in_order(tmp_path):
     from research_agent.configs import build
     from research_agent.train.config import TrainConfig
 
-    for cls in (AgentConfig, TrainConfig):  # the one file is a valid --config of synth, eval and train
-        assert build(cls, budgets).max_tool_calls == r.max_tool_calls
+    # the one file is a valid --config of synth, eval and train
+    assert build(AgentConfig, budgets).max_tool_calls == r.max_tool_calls
+    assert build(TrainConfig, budgets).agent.max_tool_calls == r.max_tool_calls
     assert argv["compare"][1:4] == [str(tmp_path / f"eval-{n}") for n in ("base", "sft", "rl")]
     # every module named has the main(argv) the recipe calls
     import importlib
@@ -63,7 +64,7 @@ def test_every_searching_stage_uses_the_recipes_retriever(tmp_path):
 
     assert synth_parser().parse_args(argv["demonstrations"]).retriever == "bm25"
     assert build_parser().parse_args(argv["eval-rl"]).retriever == "bm25"
-    assert load_config(argv["rl"])[0].retriever == "bm25"
+    assert load_config(argv["rl"])[0].retrieval.retriever == "bm25"
     assert "--retriever" not in argv["sft"]  # SFT does not search
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 
@@ -103,13 +102,11 @@ def test_ordered_draw_is_the_old_data_order():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ConfigError, match="curriculum must be one of"):
-        TrainConfig(curriculum="hardest-first")
+        TrainConfig(curriculum={"name": "hardest-first"})
     with pytest.raises(ConfigError, match="curriculum_decay"):
-        TrainConfig(curriculum="learnability", curriculum_decay=0)
+        TrainConfig(curriculum={"name": "learnability", "decay": 0})
     with pytest.raises(ValueError, match="at least one task"):
-        make_curriculum("learnability", [], SimpleNamespace(curriculum_key="kind", seed=0, filter_low=0.2,
-                                                            filter_high=0.8, curriculum_decay=0.7,
-                                                            curriculum_floor=0.05))
+        make_curriculum("learnability", [], TrainConfig(curriculum={"name": "learnability"}))
 
 
 def _tasks(path):
@@ -123,9 +120,10 @@ def _tasks(path):
 
 def _rl_cfg(tmp_path, out, steps):
     return TrainConfig(tasks=str(_tasks(tmp_path / "tasks.jsonl")), out=str(tmp_path / out), steps=steps,
-                       prompts_per_step=1, group_size=2, max_turns=2, max_new_tokens=12, temperature=0.0,
-                       checkpoint_every=1, filter_low=0, filter_high=1, filter_zero_variance=False,
-                       drop_void_turns=False, lr=1e-3, concurrency=2, curriculum="learnability")
+                       prompts_per_step=1, group_size=2, agent={"max_turns": 2, "max_new_tokens": 12, "temperature": 0.0},
+                       checkpoints={"every": 1}, filters={"low": 0, "high": 1, "zero_variance": False,
+                                                          "drop_void_turns": False},
+                       lr=1e-3, compute={"concurrency": 2}, curriculum={"name": "learnability"})
 
 
 @pytest.mark.model

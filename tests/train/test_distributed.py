@@ -58,7 +58,7 @@ def _trajectories(tok, browser):
 
 
 def test_two_process_rl_update_equals_the_one_process_update(tmp_path, small_browser):
-    cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora_dropout=0.0, max_grad_norm=1.0, micro_batch=2)
+    cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora={"dropout": 0.0}, max_grad_norm=1.0, compute={"micro_batch": 2})
     model, tok = setup_lora(cfg, progress=False)
     params = [p for p in model.parameters() if p.requires_grad]
     with torch.no_grad():  # non-zero B, so that A gets gradients too
@@ -104,8 +104,8 @@ def test_two_process_sft_equals_one_process_with_the_whole_micro_batch(tmp_path,
     """Two ranks with two examples each take the steps one process takes with all four (two steps
     of ``train_sft`` under the launcher, SGD for AdamW: see distributed_update.py); only rank 0 writes."""
     data = _sft_records(tmp_path / "sft.jsonl")
-    cfg = dict(stage="sft", tasks=str(data), epochs=2, lr=1.0, micro_batch=4, lora_dropout=0.0, checkpoint_every=1,
-               device="cpu")
+    cfg = dict(stage="sft", tasks=str(data), epochs=2, lr=1.0, compute={"micro_batch": 4, "device": "cpu"},
+               lora={"dropout": 0.0}, checkpoints={"every": 1})
     (tmp_path / "two.json").write_text(json.dumps({**cfg, "out": str(tmp_path / "two")}))
     launch([WORKER, "sft", str(tmp_path / "two.json")])
     monkeypatch.setattr(torch.optim, "AdamW", torch.optim.SGD)

@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from research_agent.configs import build
 from research_agent.train.config import TrainConfig
 from research_agent.train.rl import train_rl
 from tests.loras import random_lora
@@ -54,10 +55,10 @@ def tasks_file(tmp_path):
 
 def cfg(tmp_path, out, **kw):
     # two questions a step: REINFORCE's baseline is the batch mean, so greedy rollouts still differ in reward
-    return TrainConfig(tasks=str(tasks_file(tmp_path)), out=str(tmp_path / out), steps=2, prompts_per_step=2,
-                       group_size=2, max_turns=2, max_new_tokens=12, temperature=0.0, checkpoint_every=1,
-                       filter_low=0, filter_high=1, filter_zero_variance=False, drop_void_turns=False, lr=1e-2,
-                       concurrency=2, kl_coef=0.0, **kw)
+    return build(TrainConfig, dict(tasks=str(tasks_file(tmp_path)), out=str(tmp_path / out), steps=2,
+                                   prompts_per_step=2, group_size=2, max_turns=2, max_new_tokens=12, temperature=0.0,
+                                   checkpoint_every=1, filter_low=0, filter_high=1, filter_zero_variance=False,
+                                   drop_void_turns=False, lr=1e-2, concurrency=2, kl_coef=0.0, **kw))
 
 
 def _complete(url: str, model: str, prompt: str) -> str:

@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from research_agent.code.agent import CodeAgentConfig
+from research_agent.configs import build
 from research_agent.tasks import TASK_TYPES, CodeTasks, ResearchTasks, TaskType
 from research_agent.train.config import TrainConfig
 from tests.doubles import ScriptedPolicy
@@ -69,7 +70,8 @@ def test_research_tasks_work_on_tiny_inputs(smol, tmp_path):
     tasks.write_text("".join(json.dumps(r) + "\n" for r in [
         {"id": "q1", "question": "What is the capital of Peru?", "answers": ["Lima"], "split": "train"},
         {"id": "q2", "question": "Capital of Chile?", "answers": ["Santiago"], "split": "test"}]))
-    cfg = TrainConfig(task_type="research", tasks=str(tasks), group_size=2, concurrency=1, max_turns=1)
+    cfg = build(TrainConfig, {"task_type": "research", "tasks": str(tasks), "group_size": 2, "concurrency": 1,
+                              "max_turns": 1})  # flat names, as a file or flags give them
     rt = ResearchTasks(guidance=lambda item: "Answer with a city.")
     rt.prepare(cfg)
     [task] = rt.load_tasks(cfg)
@@ -96,8 +98,9 @@ def test_research_tasks_work_on_tiny_inputs(smol, tmp_path):
 
 def test_code_tasks_work_on_tiny_inputs(smol, tiny_code_spec, tmp_path):
     _, tok = smol
-    cfg = TrainConfig(task_type="code", tasks=tiny_code_spec, code_mode="code-only", group_size=2, concurrency=1,
-                      allow_unsafe_sandbox=True, test_feedback=False, demo_tasks=1, demo_recovery=0.0)
+    cfg = build(TrainConfig, {"task_type": "code", "tasks": tiny_code_spec, "code_mode": "code-only", "group_size": 2,
+                              "concurrency": 1, "allow_unsafe_sandbox": True, "test_feedback": False,
+                              "demo_tasks": 1, "demo_recovery": 0.0})
     ct = CodeTasks()
     ct.prepare(cfg)
     [task] = ct.load_tasks(cfg)
@@ -105,7 +108,7 @@ def test_code_tasks_work_on_tiny_inputs(smol, tiny_code_spec, tmp_path):
     assert [it["id"] for it in ct.group_items(task, 1, cfg)] == ["Tiny/0::s1g0", "Tiny/0::s1g1"]
     assert ct.make_browser(cfg) is None  # code-only searches nothing
     config = ct.agent_config(cfg)
-    assert isinstance(config, CodeAgentConfig) and config.mode == "code-only" and config.redraw_repeats == 0
+    assert isinstance(config, CodeAgentConfig) and config.mode == "code-only" and config.redraw.repeats == 0
     right = ScriptedPolicy(tok, default="```submit\ndef task_func(xs):\n    return sorted(xs)\n```\n")
     [traj] = _run(ct, [ct.item(task)], right, None, config)
     assert ct.is_correct(traj, cfg)

@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 
+from research_agent.configs import build
 from research_agent.train.batching import chunk_lengths, plan_cost, plan_update
 from research_agent.train.config import TrainConfig
 from research_agent.train.rl import policy_update, setup_lora
@@ -112,7 +113,7 @@ def _trajectories(tok, two_steps: bool):
 @pytest.mark.parametrize("per_step", [pytest.param(False, id="per-trajectory", marks=pytest.mark.slow),
                                       pytest.param(True, id="per-step")])
 def test_shared_prefix_update_equals_the_plain_padded_update(per_step):
-    cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora_dropout=0.0, max_grad_norm=1e9)
+    cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora={"dropout": 0.0}, max_grad_norm=1e9)
     model, tok = setup_lora(cfg, progress=False)
     with torch.no_grad():  # a non-zero adapter, so the KL reference (adapter off) differs from the policy
         for name, p in model.named_parameters():
@@ -132,7 +133,7 @@ def test_shared_prefix_update_equals_the_plain_padded_update(per_step):
             for p, s0 in zip(params, start, strict=True):
                 p.copy_(s0)
         opt = torch.optim.SGD(params, lr=cfg.lr)
-        c = TrainConfig(**{**cfg.__dict__, "share_prefix": share, "micro_batch": micro})
+        c = build(TrainConfig, {"share_prefix": share, "micro_batch": micro}, base=cfg)
         stats[share, micro] = policy_update(model, opt, params, trajs, adv, list(range(len(trajs))), c,
                                             tok.pad_token_id, layout=None if share else plain)
         deltas[share, micro] = torch.cat([(p.detach() - s0).flatten() for p, s0 in zip(params, start, strict=True)])
@@ -153,8 +154,8 @@ def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_update():
     deltas, calls = {}, {}
     for gc in (False, True):
         torch.manual_seed(0)  # the same LoRA init on both sides
-        cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora_dropout=0.0, max_grad_norm=1e9, micro_batch=16,
-                          gradient_checkpointing=gc)
+        cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora={"dropout": 0.0}, max_grad_norm=1e9,
+                          compute={"micro_batch": 16, "gradient_checkpointing": gc})
         model, tok = setup_lora(cfg, progress=False)
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -195,8 +196,8 @@ def test_checkpointing_turns_on_by_itself_where_activations_would_pass_the_budge
     auto = TrainConfig()
     assert wants_checkpointing(auto, model, 4 * 850)
     assert not wants_checkpointing(auto, model, 8 * 100)
-    assert not wants_checkpointing(TrainConfig(gradient_checkpointing=False), model, 4 * 850)
-    assert wants_checkpointing(TrainConfig(gradient_checkpointing=True), model, 8)
+    assert not wants_checkpointing(TrainConfig(compute={"gradient_checkpointing": False}), model, 4 * 850)
+    assert wants_checkpointing(TrainConfig(compute={"gradient_checkpointing": True}), model, 8)
     assert wants_checkpointing(auto, None, 10**6) is False  # nothing to estimate from
     try:
         set_checkpointing(model, True)

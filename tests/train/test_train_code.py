@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from research_agent.code.tasks import load_tasks as load_code_tasks
+from research_agent.configs import build
 from research_agent.tasks import CodeTasks
 from research_agent.train.algorithms import group_advantages
 from research_agent.train.checkpoint import ResumeError, checkpoints
@@ -55,10 +56,11 @@ def tiny_spec(tmp_path_factory):
 @pytest.mark.model
 def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, tiny_spec):
     sort, rev = load_code_tasks(tiny_spec)
-    cfg = TrainConfig(task_type="code", tasks=tiny_spec, corpus=str(docs_dir), docs_modules=["json"],
-                      group_size=1, prompts_per_step=2, lr=1e-3, micro_batch=2, concurrency=2,
-                      test_feedback=False)  # each scripted run submits once
-    assert cfg.reward == "code_shaped" and cfg.max_total_tokens == 4096  # the code defaults
+    cfg = TrainConfig(task_type="code", tasks=tiny_spec, retrieval={"corpus": str(docs_dir)},
+                      code={"docs_modules": ["json"]}, group_size=1, prompts_per_step=2, lr=1e-3,
+                      compute={"micro_batch": 2, "concurrency": 2},
+                      agent={"test_feedback": False})  # each scripted run submits once
+    assert cfg.scoring.reward == "code_shaped" and cfg.agent.max_total_tokens == 4096  # the code defaults
     model, tok = setup_lora(cfg, progress=False)
     policy = ScriptedPolicy(tok, {
         "sorted ascending": ["```python\nprint(sum([1, 2]))\n```\n", "```submit\ndef task_func(xs):\n    return xs\n```\n"],
@@ -74,7 +76,7 @@ def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, 
         t.check_consistency()
         obs = sum(len(s.observation_ids) for s in t.steps)
         assert obs > 0 and len(t.token_ids) == t.generated_tokens + obs
-    reward = make_reward(cfg.reward)
+    reward = make_reward(cfg.scoring.reward)
     rewards = [reward(t).score for t in trajs]
     correct = [CODE.is_correct(t, cfg) for t in trajs]
     assert rewards == [0.0, 1.0] and correct == [False, True]
@@ -104,10 +106,11 @@ def test_code_run_logs_code_tools_resumes_and_its_adapter_evaluates(tmp_path, do
     from eval.code import main as eval_code
 
     spec = tiny_spec
-    cfg = TrainConfig(task_type="code", tasks=spec, corpus=str(docs_dir), docs_modules=["json"],
-                      out=str(tmp_path / "run"), steps=1, prompts_per_step=1, group_size=2, max_turns=2,
-                      max_new_tokens=12, checkpoint_every=1, filter_low=0, filter_high=1,
-                      filter_zero_variance=False, drop_void_turns=False, lr=1e-3, concurrency=4)
+    cfg = TrainConfig(task_type="code", tasks=spec, retrieval={"corpus": str(docs_dir)}, code={"docs_modules": ["json"]},
+                      out=str(tmp_path / "run"), steps=1, prompts_per_step=1, group_size=2,
+                      agent={"max_turns": 2, "max_new_tokens": 12}, checkpoints={"every": 1},
+                      filters={"low": 0, "high": 1, "zero_variance": False, "drop_void_turns": False}, lr=1e-3,
+                      compute={"concurrency": 4})
     train_rl(cfg, progress=False)
     cfg.steps = 2
     train_rl(cfg, resume=True, progress=False)
@@ -119,12 +122,13 @@ def test_code_run_logs_code_tools_resumes_and_its_adapter_evaluates(tmp_path, do
         assert "tool_rate/open" not in r and r["error_rate"] == 0.0 and r["turns"] > 0
         assert torch.isfinite(torch.tensor(r["loss"]))
     saved = json.loads((out / "config.json").read_text())
-    assert saved["task_type"] == "code" and saved["reward"] == "code_shaped" and saved["code_mode"] == "multi-tool"
+    assert saved["task_type"] == "code" and saved["scoring"]["reward"] == "code_shaped"
+    assert saved["agent"]["mode"] == "multi-tool" and saved["agent"]["redraw_repeats"] == 0  # the whole rollout config
     assert [p.name for p in checkpoints(out)] == ["step-1", "step-2"]
     assert (out / "training.png").stat().st_size > 1000
     # a resume that would change what the run computes names the field
     with pytest.raises(ResumeError, match="code_mode"):
-        train_rl(TrainConfig(**{**saved, "code_mode": "code-only", "steps": 3}), resume=True, progress=False)
+        train_rl(build(TrainConfig, {**saved, "code_mode": "code-only", "steps": 3}), resume=True, progress=False)
     # the adapter is what `python -m eval code --adapter` loads
     ev = tmp_path / "eval"
     argv = ["--tasks", spec, "--mode", "code-only", "--model", "smollm2-135m", "--adapter", str(out / "adapter"),
@@ -139,18 +143,18 @@ def test_task_type_fields_map_from_toml_and_flags_and_bad_values_say_what_to_use
     toml.write_text('task_type = "code"\ntasks = "dataframebench:val"\ncode_mode = "code-only"\n'
                     'docs_modules = ["json", "re"]\nreward = "code_torl"\n')
     cfg, _ = load_config(["--config", str(toml), "--max-new-tokens", "256"])
-    assert (cfg.task_type, cfg.tasks, cfg.code_mode, cfg.docs_modules) == (
+    assert (cfg.task_type, cfg.tasks, cfg.agent.mode, cfg.code.docs_modules) == (
         "code", "dataframebench:val", "code-only", ["json", "re"])
-    assert cfg.reward == "code_torl" and cfg.max_new_tokens == 256 and cfg.max_total_tokens == 4096
+    assert cfg.scoring.reward == "code_torl" and cfg.agent.max_new_tokens == 256 and cfg.agent.max_total_tokens == 4096
     assert CODE.make_browser(cfg) is None  # code-only rollouts have no docs to search
     research, _ = load_config([])
-    assert (research.task_type, research.reward, research.max_new_tokens) == ("research", "f1_penalty", 48)
+    assert (research.task_type, research.scoring.reward, research.agent.max_new_tokens) == ("research", "f1_penalty", 48)
     with pytest.raises(SystemExit, match="task_type must be one of research, code, not 'kode'"):
         load_config(["--task-type", "kode"])
     with pytest.raises(ConfigError, match="code_mode must be one of"):
-        TrainConfig(task_type="code", code_mode="all-tools")
+        TrainConfig(task_type="code", agent={"mode": "all-tools"})
     with pytest.raises(ConfigError, match="retriever must be one of dense, bm25, hybrid"):
-        TrainConfig(retriever="sparse")
+        TrainConfig(retrieval={"retriever": "sparse"})
     with pytest.raises(ConfigError, match="stage must be rl or sft"):
         TrainConfig(task_type="code", stage="dpo")
 
@@ -167,7 +171,7 @@ def test_bm25_rollouts_build_the_api_docs_without_embedding_them(tmp_path):
     from corpus.store import dense_log_path
 
     docs = tmp_path / "docs"
-    cfg = TrainConfig(task_type="code", corpus=str(docs), docs_modules=["json"], retriever="bm25")
+    cfg = TrainConfig(task_type="code", retrieval={"corpus": str(docs), "retriever": "bm25"}, code={"docs_modules": ["json"]})
     browser = CODE.make_browser(cfg)
     assert browser.retriever == "bm25" and not BACKGROUND.get(docs) and not dense_log_path(docs).exists()
     assert "api/json.dumps" in [h.doc_id for h in browser.search("json dumps", k=3)]

@@ -51,7 +51,7 @@ def _capture_units(monkeypatch):
 
 @pytest.mark.model
 def test_managed_update_trains_each_step_on_its_own_prompt(small_browser, monkeypatch):
-    cfg = TrainConfig(lr=1e-3, micro_batch=2, kl_coef=0.05)
+    cfg = TrainConfig(lr=1e-3, compute={"micro_batch": 2}, kl_coef=0.05)
     model, tok = setup_lora(cfg, progress=False)
     trajs = _trajectories(tok, small_browser)
     for t in trajs:
@@ -126,7 +126,7 @@ def test_full_context_update_is_unchanged(small_browser, smol, monkeypatch):
 
     monkeypatch.setattr(rl, "prefix_pass", lambda *a, **k: (_ for _ in ()).throw(Stop()))
     with pytest.raises(Stop):
-        policy_update(None, torch.optim.SGD([torch.zeros(1, requires_grad=True)]), [], trajs, [1.0, -1.0], [0, 1], TrainConfig(micro_batch=2), tok.pad_token_id)
+        policy_update(None, torch.optim.SGD([torch.zeros(1, requires_grad=True)]), [], trajs, [1.0, -1.0], [0, 1], TrainConfig(compute={"micro_batch": 2}), tok.pad_token_id)
     (units, _), = seen
     assert sorted(units) == sorted((t.prompt_ids + t.token_ids, [0] * len(t.prompt_ids) + t.token_mask) for t in trajs)
 
@@ -151,10 +151,11 @@ def test_managed_synthesis_exports_sft_examples_equal_to_what_the_agent_saw(tmp_
     export_sft(trajs, tmp_path / "sft.jsonl")
     records = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
     assert all(r["context"] == "managed" for r in records)
-    cfg = TrainConfig(stage="sft", tasks=str(tmp_path / "sft.jsonl"), out=str(tmp_path / "sft"), context="managed",
-                      context_tokens=700, max_new_tokens=64, epochs=1, micro_batch=2, lr=1e-3, checkpoint_every=100)
+    cfg = TrainConfig(stage="sft", tasks=str(tmp_path / "sft.jsonl"), out=str(tmp_path / "sft"),
+                      agent={"context": "managed", "context_tokens": 700, "max_new_tokens": 64}, epochs=1,
+                      compute={"micro_batch": 2}, lr=1e-3, checkpoints={"every": 100})
     for t, r in zip(trajs, records, strict=True):
-        examples = render_examples(tok, r, cfg)
+        examples = render_examples(tok, r, cfg.agent)
         assert [ids for ids, _ in examples] == [s.prompt_ids + s.completion_ids for s in t.steps]
         assert [m for _, m in examples] == [[0] * len(s.prompt_ids) + [1] * len(s.completion_ids) for s in t.steps]
     summary = train_sft(cfg, progress=False)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from research_agent.agent import ResearchAgent
+from research_agent.configs import build
 from research_agent.train.checkpoint import ResumeError
 from research_agent.train.config import TrainConfig, load_config
 from research_agent.train.rl import SafeReward, policy_update, setup_lora, train_rl
@@ -32,7 +33,7 @@ def _trajectories(tok, browser):
 @pytest.mark.parametrize("adv", [pytest.param([1.0, -1.0], id="per-trajectory", marks=pytest.mark.slow),
                                  pytest.param([[0.0, 1.0], [0.0, -1.0]], id="per-step")])
 def test_one_update_moves_lora_weights_and_no_base_weight(small_browser, adv):
-    cfg = TrainConfig(lr=1e-3, micro_batch=2, kl_coef=0.05)
+    cfg = TrainConfig(lr=1e-3, compute={"micro_batch": 2}, kl_coef=0.05)
     model, tok = setup_lora(cfg, progress=False)
     trajs = _trajectories(tok, small_browser)
     lora = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
@@ -70,7 +71,7 @@ def test_one_update_moves_lora_weights_and_no_base_weight(small_browser, adv):
 def test_update_is_the_same_whatever_the_micro_batching(small_browser):
     """The loss is a mean over the step's model tokens: micro-batches of 1, 2 or 3 trajectories (of
     different lengths, sorted and padded differently) give the same update up to float error."""
-    cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora_dropout=0.0, max_grad_norm=1e9)
+    cfg = TrainConfig(lr=1.0, kl_coef=0.05, lora={"dropout": 0.0}, max_grad_norm=1e9)
     model, tok = setup_lora(cfg, progress=False)
     trajs = _trajectories(tok, small_browser)
     trajs.append(ResearchAgent(ScriptedPolicy(tok, ["<answer>I do not know which city it is</answer>"]),
@@ -87,7 +88,7 @@ def test_update_is_the_same_whatever_the_micro_batching(small_browser):
                 p.copy_(s0)
         opt = torch.optim.SGD(params, lr=cfg.lr)
         stats = policy_update(model, opt, params, trajs, [1.0, -1.0, 0.5], [0, 1, 2],
-                              TrainConfig(**{**cfg.__dict__, "micro_batch": micro}), tok.pad_token_id)
+                              build(TrainConfig, {"micro_batch": micro}, base=cfg), tok.pad_token_id)
         deltas.append(torch.cat([(p.detach() - s0).flatten() for p, s0 in zip(params, start, strict=True)]))
         assert stats["tokens"] == sum(t.generated_tokens for t in trajs)
     assert deltas[0].abs().max() > 0
@@ -108,7 +109,7 @@ def _cfg(tmp_path, tasks, **kw):
                 max_turns=2, max_new_tokens=12, temperature=0.0, checkpoint_every=1, filter_low=0, filter_high=1,
                 filter_zero_variance=False, drop_void_turns=False, lr=1e-3, concurrency=2)
     base.update(kw)
-    return TrainConfig(**base)
+    return build(TrainConfig, base)  # flat names, as flags spell them
 
 
 @pytest.mark.model
@@ -177,8 +178,8 @@ def test_sft_moves_the_adapter_and_lowers_the_loss(tmp_path, smol):
     assert sum(mask) == len(ids) - mask.index(1) - len(obs_ids)  # observation tokens carry no loss
     data = tmp_path / "sft.jsonl"
     data.write_text("\n".join(json.dumps(rec) for _ in range(4)) + "\n")
-    cfg = TrainConfig(stage="sft", tasks=str(data), out=str(tmp_path / "sft"), epochs=3, lr=2e-3, micro_batch=2,
-                      checkpoint_every=100)
+    cfg = TrainConfig(stage="sft", tasks=str(data), out=str(tmp_path / "sft"), epochs=3, lr=2e-3,
+                      compute={"micro_batch": 2}, checkpoints={"every": 100})
     summary = train_sft(cfg, progress=False)
     losses = [json.loads(x)["loss"] for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert summary["examples"] == 4 and len(losses) == 6
@@ -189,8 +190,15 @@ def test_cli_flags_and_toml_map_onto_the_config(tmp_path):
     toml = tmp_path / "cfg.toml"
     toml.write_text('algorithm = "grpo"\ngroup_size = 8\nlora_targets = ["q_proj", "k_proj"]\n')
     cfg, _ = load_config(["--config", str(toml), "--group-size", "6", "--drop-void-turns", "false"])
-    assert cfg.algorithm == "grpo" and cfg.group_size == 6 and cfg.lora_targets == ["q_proj", "k_proj"]
-    assert cfg.drop_void_turns is False
+    assert cfg.algorithm == "grpo" and cfg.group_size == 6 and cfg.lora.targets == ["q_proj", "k_proj"]
+    assert cfg.filters.drop_void_turns is False
+    # a file may write a group as its section's table; a flag still overrides a setting in it
+    toml.write_text('group_size = 8\n[lora]\nr = 4\ntargets = ["q_proj"]\n[agent]\nsearch_k = 5\n')
+    cfg, _ = load_config(["--config", str(toml), "--lora-r", "2"])
+    assert (cfg.group_size, cfg.lora.r, cfg.lora.targets, cfg.agent.search_k) == (8, 2, ["q_proj"], 5)
+    toml.write_text("[lora]\nrank = 4\n")
+    with pytest.raises(SystemExit, match=r"\[lora\] unknown setting rank"):
+        load_config(["--config", str(toml)])
     with pytest.raises(SystemExit):
         load_config(["--algorithm", "magic"])
 
@@ -199,12 +207,16 @@ def test_help_lists_every_field(capsys):
     """argparse %-formats help texts: a literal '%' in a field's help ("24 % more time") crashed --help."""
     from dataclasses import fields
 
+    from research_agent.configs import flat_settings
+
     with pytest.raises(SystemExit) as exit_info:
         load_config(["--help"])
     assert exit_info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    for f in fields(TrainConfig):
-        assert "--" + f.name.replace("_", "-") in out
+    names = [f.name for f in fields(TrainConfig) if "flat" not in f.metadata] + list(flat_settings(TrainConfig))
+    assert len(names) == 66  # a flag for every setting the config had before it had sections
+    for name in names:
+        assert "--" + name.replace("_", "-") in out
     assert "24 % more time" in out
 
 
