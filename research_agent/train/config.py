@@ -406,6 +406,9 @@ def migrate(saved: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+FLAG_ALIASES = {"--adapter": "--init-adapter", "--endpoint": "--rollout-endpoint", "--mode": "--code-mode"}
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m research_agent.train",
                                 description="LoRA RL (REINFORCE / GRPO / RLOO) and SFT for research and code agents")
@@ -413,6 +416,9 @@ def _parser() -> argparse.ArgumentParser:
                    "[section] tables ([lora] r = 8)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     add_flags(p, TrainConfig)
+    # the names eval, ask and synth use for the same things
+    for alias, flag in FLAG_ALIASES.items():
+        p.add_argument(alias, dest=flag[2:].replace("-", "_"), default=argparse.SUPPRESS, help=f"same as {flag}")
     return p
 
 

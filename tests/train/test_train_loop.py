@@ -203,6 +203,16 @@ def test_cli_flags_and_toml_map_onto_the_config(tmp_path):
         load_config(["--algorithm", "magic"])
 
 
+def test_flags_take_the_names_eval_and_ask_use():
+    cfg, _ = load_config(["--task-type", "code", "--adapter", "runs/sft/adapter", "--endpoint", "http://127.0.0.1:1",
+                          "--mode", "code-only"])
+    assert cfg.init_adapter == "runs/sft/adapter"
+    assert cfg.compute.rollout_endpoint == "http://127.0.0.1:1"
+    assert cfg.agent.mode == "code-only"
+    cfg, _ = load_config(["--init-adapter", "a"])
+    assert cfg.init_adapter == "a" and not cfg.compute.rollout_endpoint
+
+
 def test_help_lists_every_field(capsys):
     """argparse %-formats help texts: a literal '%' in a field's help ("24 % more time") crashed --help."""
     from dataclasses import fields
