@@ -369,7 +369,21 @@ def test_a_stop_saves_the_task_in_flight_skips_the_rest_and_resumes(smol, tasks,
     assert len(policy.prompts) == 1 and summary["modes"]["no-tools"]["n"] == 2  # only the skipped task ran
 
 
-def test_first_signal_asks_for_a_drain_not_an_exit():
+@pytest.fixture
+def default_signals():
+    """Python's own SIGINT/SIGTERM handling, as a command starts with: the drain takes over only those,
+    and a library an earlier test ran in this process (a server, a trainer) may have left its own."""
+    import signal
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
+def test_first_signal_asks_for_a_drain_not_an_exit(default_signals):
     import os
     import signal
     import threading
@@ -384,7 +398,7 @@ def test_first_signal_asks_for_a_drain_not_an_exit():
     assert signal.getsignal(signal.SIGINT) is before
 
 
-def test_a_drain_with_a_deadline_aborts_the_tasks_still_in_flight():
+def test_a_drain_with_a_deadline_aborts_the_tasks_still_in_flight(default_signals):
     """``--drain-s``: the drain gets the second signal's action once its time is up; a drain that ends
     in time is not aborted afterwards."""
     import os
