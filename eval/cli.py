@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from corpus.files import content_hash
-from eval.benchmarks import BenchmarkFormatError, CorpusSpec, UnknownBenchmark, format_hint, load_benchmark
+from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, format_hint, load_benchmark
 from eval.drain import EvalStopped
 from eval.rundir import RunDirError
 from research_agent.configs import ConfigError, add_config_flags, config_from_args
@@ -198,7 +198,7 @@ def cmd_qa(args: argparse.Namespace) -> int:
     browser = open_benchmark_corpus(spec, args.corpus, retriever=args.retriever, progress=not args.quiet)
     policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, device=args.device,
                          dtype=args.dtype, quantize=args.quantize)
-    info = {"bench": args.bench, "corpus": (spec or CorpusSpec()).to_dict(), **_run_info(args), "model": args.model,
+    info = {"bench": args.bench, "corpus": spec.to_dict(), **_run_info(args), "model": args.model,
             "adapter": args.adapter, "endpoint": args.endpoint}
     if args.adapter and Path(args.adapter).is_dir():  # what the adapter is, wherever it lies
         info["adapter_sha256"] = content_hash(Path(args.adapter))

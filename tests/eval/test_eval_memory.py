@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from eval.benchmarks import CorpusSpec
 from research_agent.memory import Case, CaseMemory
 
 CASES = [
@@ -18,7 +19,7 @@ def test_eval_qa_reads_the_memory_and_can_add_its_results(scripted, make_items, 
     mem = tmp_path / "mem"
     CaseMemory(mem).add(CASES)
     items = make_items(2) + [{"id": "fr", "question": "Which city is France's capital?", "answers": ["Paris"]}]
-    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
+    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, CorpusSpec()))
     monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
     monkeypatch.setattr("research_agent.inference.policy.load_policy", lambda *a, **k: None)
     argv = ["qa", "--bench", "x.jsonl", "--out", str(tmp_path / "run"), "--memory", str(mem), "--memory-add", "--quiet"]
@@ -36,7 +37,7 @@ def test_eval_questions_already_in_the_memory_are_warned_about(scripted, tmp_pat
     mem = tmp_path / "mem"
     CaseMemory(mem).add(CASES)
     items = [{"id": "fr", "question": "What is the capital of France?", "answers": ["Paris"]}]
-    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
+    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, CorpusSpec()))
     monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
     monkeypatch.setattr("research_agent.inference.policy.load_policy", lambda *a, **k: None)
     assert cli.main(["qa", "--bench", "x.jsonl", "--out", str(tmp_path / "run"), "--memory", str(mem), "--quiet"]) == 0
@@ -49,7 +50,7 @@ def test_yes_no_questions_are_told_their_answer_format(scripted, make_items, tmp
 
     items = make_items(1) + [{"id": "b", "question": "Is Paris in France?", "answers": ["yes"],
                               "answer_type": "boolean"}]
-    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, None))
+    monkeypatch.setattr(cli, "load_benchmark", lambda *a, **k: (items, CorpusSpec()))
     monkeypatch.setattr("eval.corpora.open_benchmark_corpus", lambda *a, **k: None)
     monkeypatch.setattr("research_agent.inference.policy.load_policy", lambda *a, **k: None)
     mem = tmp_path / "mem"
