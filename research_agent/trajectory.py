@@ -12,8 +12,9 @@ never has to touch a corpus or a model.
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -22,6 +23,25 @@ SCHEMA_VERSION = 1
 # "void turn" when it also has no answer); "answer" ends the trajectory.
 ACTIONS = ("search", "open", "find", "answer", "invalid", "execute", "submit")
 TOOL_ACTIONS = ("search", "open", "find", "execute", "submit")
+
+
+def _plain(record, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A record's fields as a dict that shares nothing with it.  ``dataclasses.asdict`` recurses into
+    every token id of every list (thousands per record: a fifth of a trajectory-writing run's time);
+    the id, log-prob and citation lists hold numbers or strings only, so a list copy is a full copy."""
+    d = {}
+    for f in fields(record):
+        if f.name in skip:  # the caller fills it in, in its place
+            d[f.name] = None
+            continue
+        v = getattr(record, f.name)
+        if isinstance(v, list) and (not v or isinstance(v[0], (int, float, str))):
+            d[f.name] = list(v)
+        elif isinstance(v, (list, dict)):
+            d[f.name] = copy.deepcopy(v)
+        else:
+            d[f.name] = v
+    return d
 
 
 @dataclass
@@ -124,7 +144,8 @@ class Trajectory:
     # ---- serialization -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Empty step prompts are left out, so full-context records are unchanged by managed context."""
-        d = asdict(self)
+        d = _plain(self, skip=("steps",))
+        d["steps"] = [_plain(s) for s in self.steps]
         for s in d["steps"]:
             if not s["prompt_ids"]:
                 del s["prompt_ids"]
