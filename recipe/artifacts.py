@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -74,6 +75,12 @@ def display_argv(argv: list[str], out: Path) -> list[str]:
         return a
 
     return [shown(a) for a in argv]
+
+
+def stage_command(module: str, argv: list[str], out: Path) -> str:
+    """The command a stage's card shows: what a user types to run the stage alone."""
+    shown = module.removesuffix(".__main__").replace("eval.cli", "eval")
+    return f"python -m {shown} {shlex.join(display_argv(argv, out))}"
 
 
 def stage_inputs(argv: list[str], out: Path) -> dict[str, str]:

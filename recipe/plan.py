@@ -8,8 +8,16 @@ not a second implementation.  A stage's module name and argv are half of its art
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from research_agent.agent import AgentConfig
+
+# research budgets (configs/research.toml holds the same): a two-hop question takes up to a search
+# for the pair, one per side, open + find, and a search for the bridge; 8 calls leave room for one
+# reformulation
+RESEARCH_BUDGETS = {"max_turns": 10, "max_tool_calls": 8, "max_new_tokens": 48, "max_total_tokens": 3072}
+BUDGETS = tuple(RESEARCH_BUDGETS)
 
 
 @dataclass(frozen=True)
@@ -56,12 +64,9 @@ class Recipe:
     rl_lr: float = 2e-4
     rl_prompts: int = 4
     eval_limit: int = 100
-    # research budgets (configs/research.toml): a two-hop question takes up to a search for the pair,
-    # one per side, open + find, and a search for the bridge; 8 calls leave room for one reformulation
-    max_turns: int = 10
-    max_tool_calls: int = 8
-    max_new_tokens: int = 48
-    max_total_tokens: int = 3072
+    # the agent every stage runs: demonstrations, the student's samples, RL rollouts, evals and the
+    # shipped agent.json take its budgets, so a model is evaluated under the budgets it trained with
+    agent: AgentConfig = field(default_factory=lambda: AgentConfig(**RESEARCH_BUDGETS))
     concurrency: int = 8
     # every stage searches the same way: the demonstrations' hits are what SFT imitates and RL and the
     # evals must see the same ranking; "bm25" skips the dense encoder (faster on a CPU, no embedding model)
@@ -119,24 +124,42 @@ PRESETS = {"research-qwen-v1": research_qwen_v1, "reward-ablation-smollm2": rewa
 
 
 
+def _flags(r: Recipe, names: tuple[str, ...] = BUDGETS) -> list[str]:
+    """The agent's budgets as the trainer's (and synth's) own flags: ``--max-turns 10``."""
+    return [a for n in names for a in (f"--{n.replace('_', '-')}", str(getattr(r.agent, n)))]
+
+
+def _sets(r: Recipe, names: tuple[str, ...] = BUDGETS) -> list[str]:
+    """The agent's budgets as AgentConfig settings: ``--set max_turns=10`` (eval, synth, ship)."""
+    return [a for n in names for a in ("--set", f"{n}={getattr(r.agent, n)}")]
+
+
+# How each CLI takes the one agent config.  The spellings differ because the CLIs do (train has flags,
+# eval `--set`), and they are frozen: a stage's argv is half its artifact key, so respelling one would
+# make every committed stage run again (tests/recipe/test_artifacts.py checks the plan against the cards).
 def _agent_flags(r: Recipe) -> list[str]:
-    return ["--retriever", r.retriever,
-            "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls),
-            "--max-new-tokens", str(r.max_new_tokens), "--max-total-tokens", str(r.max_total_tokens)]
+    return ["--retriever", r.retriever, *_flags(r)]
 
 
 def _eval_sets(r: Recipe) -> list[str]:
-    return ["--retriever", r.retriever,
-            "--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
-            "--set", f"max_new_tokens={r.max_new_tokens}", "--set", f"max_total_tokens={r.max_total_tokens}"]
+    return ["--retriever", r.retriever, *_sets(r)]
 
 
 def _synth_flags(r: Recipe, sampling: bool = False) -> list[str]:
-    flags = ["--concurrency", str(r.concurrency), "--retriever", r.retriever,
-             "--max-turns", str(r.max_turns), "--max-tool-calls", str(r.max_tool_calls)]
-    if r.self_samples or sampling:  # the student's own runs must be sampled under the budgets it is evaluated with
-        flags += ["--max-new-tokens", str(r.max_new_tokens)]
-    return [*flags, "--set", f"max_total_tokens={r.max_total_tokens}"]
+    # the student's own runs are sampled under the budgets it is evaluated with, turn length included
+    turn = ("max_new_tokens",) if r.self_samples or sampling else ()
+    return ["--concurrency", str(r.concurrency), "--retriever", r.retriever,
+            *_flags(r, ("max_turns", "max_tool_calls", *turn)), *_sets(r, ("max_total_tokens",))]
+
+
+def _check_agent(r: Recipe) -> None:
+    """Only the budgets reach the stages: any other agent setting would be silently dropped."""
+    default = AgentConfig()
+    other = [f.name for f in fields(AgentConfig)
+             if f.name not in BUDGETS and getattr(r.agent, f.name) != getattr(default, f.name)]
+    if other:
+        raise ValueError(f"the recipe passes only the agent's budgets ({', '.join(BUDGETS)}) to its stages; "
+                         f"{', '.join(other)} would be ignored: leave them at their defaults")
 
 
 def models(r: Recipe) -> list[tuple[str, Path | None]]:
@@ -158,6 +181,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
     """(name, module, argv) in order; the module's ``main(argv)`` runs the stage."""
     from research_agent.tasks import default_task_file
 
+    _check_agent(r)
     o = r.out
     qa = str(default_task_file())
     demos = ["trajectories", "--qa", qa, "--policy", "reference", "--model", r.model, "--split", "train"]
@@ -181,7 +205,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
         ("sft-export", "synth.__main__", export),
         ("sft", "research_agent.train.__main__", ["--stage", "sft", "--model", r.model, "--tasks", str(o / "sft.jsonl"),
                                          "--lr", str(r.sft_lr), "--epochs", str(r.sft_epochs), "--micro-batch", "4",
-                                         "--max-total-tokens", str(r.max_total_tokens),
+                                         "--max-total-tokens", str(r.agent.max_total_tokens),
                                          *(["--checkpoint-every", str(r.sft_checkpoint_every)]
                                            if r.sft_checkpoint_every != 5 else []),
                                          "--out", str(o / "sft")]),
@@ -208,7 +232,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
                 *(["--per-kind", str(k.per_kind)] if k.per_kind is not None else [])]),
             (f"sft-{k.label}", "research_agent.train.__main__", [
                 "--stage", "sft", "--model", r.model, "--init-adapter", start, "--tasks", str(o / f"sft-{k.label}.jsonl"),
-                "--lr", str(k.lr), "--epochs", "1", "--micro-batch", "4", "--max-total-tokens", str(r.max_total_tokens),
+                "--lr", str(k.lr), "--epochs", "1", "--micro-batch", "4", "--max-total-tokens", str(r.agent.max_total_tokens),
                 "--checkpoint-every", "2", "--out", str(o / f"sft-{k.label}")]),
         ]
     for ev in r.evals:
@@ -228,9 +252,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
     if r.name and r.artifacts is not None:
         final = dict(models(r))[r.ship_model] if r.ship_model else models(r)[-1][1]
         plan.append(("ship", "recipe.ship", [
-            "--adapter", str(final), "--model", r.model, "--name", r.name, "--out", str(r.artifacts),
-            "--retriever", r.retriever, "--set", f"max_turns={r.max_turns}", "--set", f"max_tool_calls={r.max_tool_calls}",
-            "--set", f"max_new_tokens={r.max_new_tokens}", "--set", f"max_total_tokens={r.max_total_tokens}",
+            "--adapter", str(final), "--model", r.model, "--name", r.name, "--out", str(r.artifacts), *_eval_sets(r),
             *(str(o / f"eval-{n}-{ev.label}" if ev.label else o / f"eval-{n}")
               for ev in r.evals for n, _ in models(r))]))
     return plan

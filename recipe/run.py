@@ -8,13 +8,13 @@ import hashlib
 import importlib
 import json
 import os
-import shlex
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
+from corpus.files import atomic_write_text
 from corpus.packages import FetchError
 from eval.benchmarks import load_benchmark
 
@@ -22,7 +22,7 @@ from .artifacts import (
     ArtifactStore,
     StageCard,
     code_commit,
-    display_argv,
+    stage_command,
     stage_inputs,
     stage_key,
     write_index,
@@ -69,6 +69,24 @@ def _marker(out: Path, name: str) -> Path:
     return out / f".done-{name}"
 
 
+def _mark_done(out: Path, name: str, module: str, argv: list[str], note: str) -> None:
+    atomic_write_text(_marker(out, name), f"{note}\n{stage_command(module, argv, out)}\n")
+
+
+def _done_before(out: Path, name: str, module: str, argv: list[str]) -> bool:
+    """The stage finished here with the command the plan gives it now.  A marker written before
+    markers recorded their command is trusted as it always was."""
+    marker = _marker(out, name)
+    if not marker.exists():
+        return False
+    recorded = [line for line in marker.read_text().splitlines() if line.startswith("python -m ")]
+    if not recorded or recorded[0] == stage_command(module, argv, out):
+        return True
+    print(f"== {name}: its command changed since it ran here; running it again", file=sys.stderr)
+    marker.unlink()
+    return False
+
+
 def _outputs(out: Path, argv: list[str]) -> list[Path]:
     """What a stage writes under OUT: the value of its ``--out``."""
     return [Path(argv[i + 1]) for i, a in enumerate(argv[:-1])
@@ -103,9 +121,8 @@ class Publisher:
         self.r, self.name = r, name
         self.store = ArtifactStore(r.artifacts) if r.artifacts is not None else None
         inputs = {**stage_inputs(argv, r.out), **question_inputs(module, argv)}
-        shown = module.removesuffix(".__main__").replace("eval.cli", "eval")
         self.card = StageCard(stage=name, key=stage_key(module, argv, r.out, inputs),
-                              command=f"python -m {shown} {shlex.join(display_argv(argv, r.out))}",
+                              command=stage_command(module, argv, r.out),
                               commit=code_commit(), inputs=inputs)
         self.outputs = _outputs(r.out, argv)
         self.minutes, self.started = minutes, time.time()
@@ -166,6 +183,7 @@ class Publisher:
 
 
 def run_stage(out: Path, name: str, module: str, argv: list[str]) -> None:
+    planned = argv
     if (name in ("sft", "rl") or name.startswith(("rl-", "sft-"))) and (out / name / "checkpoints").exists():
         argv = [*argv, "--resume"]  # an interrupted training run continues from its last checkpoint
     shown = module.removesuffix(".__main__").replace("eval.cli", "eval")
@@ -175,7 +193,7 @@ def run_stage(out: Path, name: str, module: str, argv: list[str]) -> None:
     if rc not in (0, None):
         raise StageFailed(f"stage {name} failed (exit {rc}); fix the cause and run the recipe again: "
                           "finished stages are skipped, interrupted ones resume")
-    _marker(out, name).write_text(f"{time.time() - t0:.1f} s\n")
+    _mark_done(out, name, module, planned, f"{time.time() - t0:.1f} s")
 
 
 def _stage_with_artifacts(r: Recipe, name: str, module: str, argv: list[str], publish_minutes: float) -> None:
@@ -186,7 +204,7 @@ def _stage_with_artifacts(r: Recipe, name: str, module: str, argv: list[str], pu
         pub.store.restore(name, r.out)
         pub.card.sessions, pub.earlier = card.sessions + (card.status == "partial"), card.seconds
         if card.status == "done":
-            _marker(r.out, name).write_text(f"{card.seconds:.1f} s (restored from {pub.store.root})\n")
+            _mark_done(r.out, name, module, argv, f"{card.seconds:.1f} s (restored from {pub.store.root})")
             print(f"== {name}: restored from {pub.store.stage_dir(name)} ({card.seconds / 60:.0f} min when it ran)",
                   file=sys.stderr)
             return
@@ -230,20 +248,20 @@ def run_recipe(r: Recipe, only: list[str] | None = None, publish_minutes: float 
         for name, module, argv in stages(r):
             if only and name not in only:
                 continue
-            if _marker(r.out, name).exists():
-                print(f"== {name}: done before, skipped", file=sys.stderr)
-                continue
             # a benchmark whose data cannot be fetched here skips its evals and their comparison; the
             # rest of the recipe goes on (the stages run when the data is there, e.g. on another machine)
             why = benchmark_unavailable(argv, benches)
+            # (ship records the numbers of the evals that ran and passes over the others, so its
+            # command, and its artifact key, is the same wherever it runs)
             if why:
                 skipped[argv[argv.index("--out") + 1]] = why
-            elif module == "recipe.ship":  # the agent ships with the numbers of the evals that ran
-                argv = [a for a in argv if a not in skipped]
-            elif any(a in skipped for a in argv):
+            elif module != "recipe.ship" and any(a in skipped for a in argv):
                 why = "an eval it compares could not run"
             if why:
                 print(f"== {name}: skipped, its benchmark cannot be had here: {why}", file=sys.stderr)
+                continue
+            if _done_before(r.out, name, module, argv):
+                print(f"== {name}: done before, skipped", file=sys.stderr)
                 continue
             if r.artifacts is None:
                 run_stage(r.out, name, module, argv)

@@ -85,7 +85,7 @@ def test_a_finished_stage_is_restored_elsewhere_and_rerun_when_its_input_changes
     run_recipe(Recipe(out=second, artifacts=art))
     assert len(stage_cli.CALLS) == 2
     assert (second / "eval-x" / "big.json").read_bytes() == (first / "eval-x" / "big.json").read_bytes()
-    assert (second / ".done-sft").read_text().endswith(f"(restored from {art})\n")
+    assert (second / ".done-sft").read_text().splitlines()[0].endswith(f"(restored from {art})")
 
     # changed data: the SFT stage's key changes, so it runs, and so does the eval that reads its output
     data.write_text("second")
@@ -279,6 +279,36 @@ def test_the_reward_ablation_runs_three_arms_from_one_sft_start_and_evaluates_ea
     assert "ship" not in plan and r.artifacts == tmp_path / "art"
 
 
+@pytest.mark.parametrize("preset", ["research-qwen-v1", "reward-ablation-smollm2"])
+def test_the_plan_still_spells_every_committed_stage_as_its_card_does(preset, tmp_path):
+    """A stage's argv is half its artifact key: a plan that respelled a committed stage (a flag
+    renamed, a budget moved) would make the next session run hours of finished stages again."""
+    from recipe import stages
+    from recipe.artifacts import StageCard, stage_command
+    from recipe.plan import PRESETS
+
+    r = PRESETS[preset](tmp_path / "out")
+    planned = {name: stage_command(module, argv, r.out) for name, module, argv in stages(r)}
+    cards = {p.parent.name: StageCard.read(p) for p in sorted((r.artifacts / "stages").glob("*/card.json"))}
+    assert len(cards) >= 6
+    for name, card in cards.items():
+        assert planned.get(name) == card.command, name
+
+
+def test_the_recipe_agent_is_one_config_and_what_it_cannot_pass_on_is_an_error(tmp_path):
+    from recipe import Recipe, stages
+    from research_agent.agent import AgentConfig
+
+    r = Recipe(out=tmp_path, agent=AgentConfig(max_turns=7, max_tool_calls=5, max_new_tokens=40, max_total_tokens=2000),
+               self_samples=4)
+    plan = {n: a for n, _, a in stages(r)}
+    assert plan["rl"][plan["rl"].index("--max-turns") + 1] == "7"
+    assert "max_tool_calls=5" in plan["eval-sft"] and "max_total_tokens=2000" in plan["demonstrations"]
+    assert plan["samples-r0"][plan["samples-r0"].index("--max-new-tokens") + 1] == "40"
+    with pytest.raises(ValueError, match="search_k would be ignored"):
+        stages(Recipe(out=tmp_path, agent=AgentConfig(search_k=5)))
+
+
 def test_a_later_round_samples_the_trained_model_and_continues_sft_from_it(tmp_path):
     from recipe import Recipe, stages
     from recipe.plan import Round
@@ -292,7 +322,7 @@ def test_a_later_round_samples_the_trained_model_and_continues_sft_from_it(tmp_p
     assert names.index("rl") < names.index("samples-r1") < names.index("sft-export-r1") < names.index("sft-r1")
     args = build_parser().parse_args(plan["samples-r1"])
     assert args.adapter == str(tmp_path / "rl" / "adapter") and args.min_hops == 2 and args.limit == 192
-    assert args.samples == 2 and args.policy == "model" and str(args.max_new_tokens) == str(r.max_new_tokens)
+    assert args.samples == 2 and args.policy == "model" and str(args.max_new_tokens) == str(r.agent.max_new_tokens)
     export = build_parser().parse_args(plan["sft-export-r1"])
     assert export.trajectories == [str(tmp_path / "samples-r1")] and export.require_citations
     cfg, _ = load_config(plan["sft-r1"])
@@ -316,10 +346,12 @@ def test_shipped_agent_by_name_brings_its_model_adapter_and_budgets(tmp_path, mo
     (ev / "results.json").write_text(json.dumps({"bench": "factbook-test", "metrics": {"em": 0.5, "n": 2.0}}))
     monkeypatch.setenv(ARTIFACTS_ENV, str(tmp_path / "artifacts"))
     assert ship(["--adapter", str(adapter), "--model", "smollm2-135m", "--name", "agent-x", "--out",
-                 str(tmp_path / "artifacts" / "agent-x"), "--set", "max_turns=10", str(ev)]) == 0
+                 str(tmp_path / "artifacts" / "agent-x"), "--set", "max_turns=10", str(ev),
+                 str(tmp_path / "eval-sft-squad")]) == 0  # an eval that could not run here: passed over
     assert shipped_agents() == ["agent-x"]
     agent = load_agent("agent-x")
     assert agent.settings == {"max_turns": 10} and agent.numbers["eval-sft-factbook"]["em"] == 0.5
+    assert list(agent.numbers) == ["eval-sft-factbook"]
     assert (agent.adapter / "adapter_model.safetensors").read_bytes() == b"weights"
     args = argparse.Namespace(agent="agent-x", model=None, adapter=None)
     assert apply_agent(args) == {"max_turns": 10}

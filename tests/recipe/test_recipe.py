@@ -26,23 +26,23 @@ def test_stages_chain_the_package_clis_in_order(tmp_path):
     # evaluated on the held-out split, with the agent limits the RL run trained under
     for n in ("eval-base", "eval-sft", "eval-rl"):
         assert argv[n][argv[n].index("--bench") + 1] == "factbook-test"
-        assert f"max_turns={r.max_turns}" in argv[n]
-    assert argv["rl"][argv["rl"].index("--max-turns") + 1] == str(r.max_turns)
+        assert f"max_turns={r.agent.max_turns}" in argv[n]
+    assert argv["rl"][argv["rl"].index("--max-turns") + 1] == str(r.agent.max_turns)
     # research budgets, the same in every stage and in configs/research.toml (SFT must not cut a demonstration)
-    assert argv["sft"][argv["sft"].index("--max-total-tokens") + 1] == str(r.max_total_tokens)
-    assert f"max_total_tokens={r.max_total_tokens}" in argv["demonstrations"]
+    assert argv["sft"][argv["sft"].index("--max-total-tokens") + 1] == str(r.agent.max_total_tokens)
+    assert f"max_total_tokens={r.agent.max_total_tokens}" in argv["demonstrations"]
     import tomllib
     from pathlib import Path
 
     budgets = tomllib.loads((Path(__file__).parents[2] / "configs" / "research.toml").read_text())
-    assert budgets == {k: getattr(r, k) for k in ("max_turns", "max_tool_calls", "max_new_tokens", "max_total_tokens")}
+    assert budgets == {k: getattr(r.agent, k) for k in ("max_turns", "max_tool_calls", "max_new_tokens", "max_total_tokens")}
     from research_agent.agent import AgentConfig
     from research_agent.configs import build
     from research_agent.train.config import TrainConfig
 
     # the one file is a valid --config of synth, eval and train
-    assert build(AgentConfig, budgets).max_tool_calls == r.max_tool_calls
-    assert build(TrainConfig, budgets).agent.max_tool_calls == r.max_tool_calls
+    assert build(AgentConfig, budgets).max_tool_calls == r.agent.max_tool_calls
+    assert build(TrainConfig, budgets).agent.max_tool_calls == r.agent.max_tool_calls
     assert argv["compare"][1:4] == [str(tmp_path / f"eval-{n}") for n in ("base", "sft", "rl")]
     # every module named has the main(argv) the recipe calls
     import importlib
@@ -148,7 +148,29 @@ def test_an_eval_whose_benchmark_cannot_be_fetched_is_skipped_and_the_recipe_goe
     monkeypatch.setattr(run, "stages", lambda r: plan)
     run_recipe(Recipe(out=out))
     assert [c[0] for c in stage_module.CALLS] == ["qa", "compare", "ship"] and "here" in stage_module.CALLS[0]
-    assert stage_module.CALLS[-1] == ["ship", "--out", str(out / "agent"), str(out / "e2")]  # the evals that ran
+    # ship is told of every eval, whether it ran or not, so its command is the same on every machine;
+    # it records the numbers of those that ran (test_shipped_agent_by_name_brings_its_model_adapter_and_budgets)
+    assert stage_module.CALLS[-1] == ["ship", "--out", str(out / "agent"), str(out / "e1"), str(out / "e2")]
     err = capsys.readouterr().err
     assert "eval-base-squad: skipped" in err and "bigbench==1.0.0" in err and "compare-squad: skipped" in err
     assert not (out / ".done-eval-base-squad").exists() and (out / ".done-compare-factbook").exists()
+
+
+def test_a_stage_done_here_with_another_command_runs_again(tmp_path, stage_module, monkeypatch, capsys):
+    """The done-marker records the stage's command: a plan that changed a stage's flags (a model added
+    to a comparison, a budget changed) runs it again instead of keeping the old output as done."""
+    import recipe.run as run
+
+    out = tmp_path / "r"
+    plan = [("compare", "fake_stage_cli", ["compare", str(out / "e1"), "--out", str(out / "c")])]
+    monkeypatch.setattr(run, "stages", lambda r: plan)
+    run_recipe(Recipe(out=out))
+    run_recipe(Recipe(out=out))
+    assert len(stage_module.CALLS) == 1 and "compare: done before, skipped" in capsys.readouterr().err
+    plan[0] = ("compare", "fake_stage_cli", ["compare", str(out / "e1"), str(out / "e2"), "--out", str(out / "c")])
+    run_recipe(Recipe(out=out))
+    assert len(stage_module.CALLS) == 2 and stage_module.CALLS[-1][2] == str(out / "e2")
+    assert "compare: its command changed since it ran here; running it again" in capsys.readouterr().err
+    (out / ".done-compare").write_text("12.0 s\n")  # a marker from before markers kept their command
+    run_recipe(Recipe(out=out))
+    assert len(stage_module.CALLS) == 2
