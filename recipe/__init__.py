@@ -34,8 +34,18 @@ nothing imports it.  ``plan`` says which stages run with which flags, ``run`` ru
 them, ``artifacts`` stores them, ``ship`` makes the last adapter a named agent.
 """
 
-from .plan import PRESETS, EvalSet, Recipe, RLArm, models, research_qwen_v1, reward_ablation_smollm2, stages
+from .plan import (
+    PRESETS,
+    EvalSet,
+    Recipe,
+    RLArm,
+    models,
+    research_qwen_v1,
+    research_qwen_v2,
+    reward_ablation_smollm2,
+    stages,
+)
 from .run import EXIT_STOPPED, StageFailed, StoppedForTime, run_recipe, run_stage
 
 __all__ = ["EXIT_STOPPED", "PRESETS", "EvalSet", "RLArm", "Recipe", "StageFailed", "StoppedForTime", "models",
-           "research_qwen_v1", "reward_ablation_smollm2", "run_recipe", "run_stage", "stages"]
+           "research_qwen_v1", "research_qwen_v2", "reward_ablation_smollm2", "run_recipe", "run_stage", "stages"]

@@ -79,6 +79,8 @@ class Recipe:
     per_kind: int | None = None  # SFT data: at most N trajectories of each kind and source
     require_citations: bool = False  # SFT data: the cited chunks must support the answer
     sft_checkpoint_every: int = 5
+    start_adapter: Path | None = None  # SFT continues from this adapter (a shipped agent) instead of a fresh one
+    rl_min_hops: int = 1  # 2: RL draws only two-hop train questions
     evals: tuple[EvalSet, ...] = (EvalSet("", "factbook-test"),)
     # RL runs side by side from the one SFT adapter (a reward ablation); none: one run, "rl", with the
     # task type's default reward
@@ -108,6 +110,22 @@ def research_qwen_v1(out: Path, artifacts: Path | None = None) -> Recipe:
                   name="research-qwen-v1", artifacts=artifacts or artifacts_root() / "research-qwen-v1")
 
 
+def research_qwen_v2(out: Path, artifacts: Path | None = None) -> Recipe:
+    """research-qwen-v1 stops one lookup short on "capital of the country bordering X and Y" (40 % of
+    the two-hop set, 1 of 63 right): it names the bridge country.  v2 continues from v1's shipped
+    adapter with SFT on more demonstrations of every kind (60 each instead of 40, so 60 of the
+    three-lookup kind), then RL on two-hop questions only, where the bridge country earns nothing.
+    Evaluated on the sets v1 was; compare with v1's runs by ``eval compare``."""
+    from research_agent.shipped import artifacts_root
+
+    v1 = artifacts_root() / "research-qwen-v1" / "adapter"
+    return Recipe(out=out, model="qwen2.5-coder-0.5b", demos=None, per_kind=60, require_citations=True,
+                  start_adapter=v1, sft_lr=1e-4, sft_epochs=1, sft_checkpoint_every=2,
+                  rl_steps=32, rl_lr=5e-5, rl_min_hops=2, eval_base=False, ship_model="rl",
+                  evals=(EvalSet("factbook", "factbook-test", 200), EvalSet("two-hop", "factbook-two-hop", 0)),
+                  name="research-qwen-v2", artifacts=artifacts or artifacts_root() / "research-qwen-v2")
+
+
 def reward_ablation_smollm2(out: Path, artifacts: Path | None = None) -> Recipe:
     """Which reward teaches research best, from one SFT start: F1 with the action penalty alone, with the
     citation-aware rubric reward (CaRR), with the tool-efficiency reward (OTC); 30 steps each."""
@@ -120,7 +138,8 @@ def reward_ablation_smollm2(out: Path, artifacts: Path | None = None) -> Recipe:
                   artifacts=artifacts or artifacts_root() / "reward-ablation-smollm2")
 
 
-PRESETS = {"research-qwen-v1": research_qwen_v1, "reward-ablation-smollm2": reward_ablation_smollm2}
+PRESETS = {"research-qwen-v1": research_qwen_v1, "research-qwen-v2": research_qwen_v2,
+           "reward-ablation-smollm2": reward_ablation_smollm2}
 
 
 
@@ -203,7 +222,9 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
         export += ["--per-kind", str(r.per_kind)]
     plan += [
         ("sft-export", "synth.__main__", export),
-        ("sft", "research_agent.train.__main__", ["--stage", "sft", "--model", r.model, "--tasks", str(o / "sft.jsonl"),
+        ("sft", "research_agent.train.__main__", ["--stage", "sft", "--model", r.model,
+                                         *(["--init-adapter", str(r.start_adapter)] if r.start_adapter else []),
+                                         "--tasks", str(o / "sft.jsonl"),
                                          "--lr", str(r.sft_lr), "--epochs", str(r.sft_epochs), "--micro-batch", "4",
                                          "--max-total-tokens", str(r.agent.max_total_tokens),
                                          *(["--checkpoint-every", str(r.sft_checkpoint_every)]
@@ -217,7 +238,8 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
             "--lr", str(r.rl_lr), "--kl-coef", "0", "--temperature", "1.0",
             *(["--reward", reward] if reward else []),
             "--checkpoint-every", "4", "--keep-checkpoints", "12",
-            "--concurrency", str(r.concurrency), "--out", str(o / name), *_agent_flags(r)]))
+            "--concurrency", str(r.concurrency), "--out", str(o / name), *_agent_flags(r),
+            *(["--min-hops", str(r.rl_min_hops)] if r.rl_min_hops > 1 else [])]))
     for k in r.rounds:
         start = str(o / k.start / "adapter")
         plan += [

@@ -108,9 +108,12 @@ class ResearchTasks:
 
     def load_tasks(self, cfg: Any) -> list[dict]:
         path = cfg.tasks or str(default_task_file())
-        items = [it for it in read_jsonl(path, required=("question",), split=cfg.split or None) if not ill_posed(it)]
+        min_hops = cfg.curriculum.min_hops
+        items = [it for it in read_jsonl(path, required=("question",), split=cfg.split or None)
+                 if not ill_posed(it) and int(it.get("hops") or 1) >= min_hops]
         if not items:
-            raise TaskSetupError(f"no tasks with split {cfg.split!r} in {path}")
+            raise TaskSetupError(f"no tasks with split {cfg.split!r}"
+                                 f"{f' and at least {min_hops} hops' if min_hops > 1 else ''} in {path}")
         return items
 
     def make_browser(self, cfg: Any) -> Any:

@@ -194,6 +194,8 @@ class CurriculumSettings:
                       "every round, so the estimate follows the current policy")
     floor: float = _f(0.05, "learnability curriculum: the least weight a kind keeps, so none is dropped "
                       "for good")
+    min_hops: int = _f(1, "research: draw only questions of at least N hops (2: the two-hop questions, where "
+                       "naming the bridge entity earns nothing)")
 
 
 @dataclass
@@ -247,8 +249,9 @@ class TrainConfig:
                                     help="which groups and trajectories a step trains on")
     curriculum: CurriculumSettings = section(CurriculumSettings, flat={"curriculum": "name", "curriculum_key": "key",
                                                                        "curriculum_decay": "decay",
-                                                                       "curriculum_floor": "floor"},
-                                             help="the order tasks are drawn in")
+                                                                       "curriculum_floor": "floor",
+                                                                       "min_hops": "min_hops"},
+                                             help="which tasks are drawn, in what order")
     checkpoints: CheckpointSettings = section(CheckpointSettings, flat={"checkpoint_every": "every",
                                                                         "keep_checkpoints": "keep"},
                                               help="how often checkpoints are saved and how many are kept")
@@ -360,6 +363,9 @@ class TrainConfig:
             raise ConfigError(f"curriculum must be one of {', '.join(CURRICULA)}, not {cur.name!r}")
         if not 0 < cur.decay <= 1 or not 0 <= cur.floor <= 1:
             raise ConfigError("curriculum_decay must be in (0, 1] and curriculum_floor in [0, 1]")
+        if cur.min_hops < 1 or (cur.min_hops > 1 and self.task_type != "research"):
+            raise ConfigError(f"min_hops is a research setting of at least 1, not {cur.min_hops} "
+                              f"(task_type {self.task_type})")
         if self.filters.low > self.filters.high:
             raise ConfigError(f"filter_low ({self.filters.low}) is above filter_high ({self.filters.high}): "
                               "every group would be dropped")

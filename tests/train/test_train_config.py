@@ -66,3 +66,18 @@ def test_an_agent_setting_of_the_other_task_type_is_refused():
         load_config(["--lora-r", "0"])
     with pytest.raises(SystemExit, match="lora_r: 'x' is not an integer"):
         load_config(["--lora-r", "x"])
+
+
+def test_min_hops_draws_only_the_multi_hop_questions_and_is_a_research_setting():
+    from research_agent.tasks import ResearchTasks
+
+    cfg, _ = load_config(["--min-hops", "2"])
+    items = ResearchTasks().load_tasks(cfg)
+    everything = ResearchTasks().load_tasks(load_config([])[0])
+    assert items and all(it["hops"] >= 2 for it in items)
+    assert {it["kind"] for it in items} == {"borders-both", "capital-of-bordering", "population-of-capital-country"}
+    assert len(items) == sum(1 for it in everything if (it.get("hops") or 1) >= 2) < len(everything)
+    with pytest.raises(SystemExit, match="min_hops is a research setting"):
+        load_config(["--task-type", "code", "--min-hops", "2"])
+    with pytest.raises(SystemExit, match="min_hops is a research setting of at least 1, not 0"):
+        load_config(["--min-hops", "0"])
