@@ -153,6 +153,20 @@ def code_lines(labels: list[str], codes: list[dict[str, int]]) -> str:
     return "\n".join(lines)
 
 
+def setting_differences(labels: list[str], results: list[dict[str, Any]]) -> str:
+    """The agent settings (budgets, template, sampling) in which the runs differ, as a line for the
+    tables, or "".  Commands default differently (``eval qa`` 6 turns, the research preset and the
+    shipped agents 10), so two runs can silently answer under different budgets."""
+    configs = [r.get("agent_config") or {} for r in results]
+    shared = set.intersection(*(set(c) for c in configs)) if configs else set()
+    differ = [k for k in sorted(shared) if len({repr(c[k]) for c in configs}) > 1]
+    if not differ:
+        return ""
+    values = "; ".join(f"{k}: " + ", ".join(f"{label} {c[k]}" for label, c in zip(labels, configs, strict=True))
+                       for k in differ)
+    return f"**Agent settings differ** ({values}): these runs are not at equal budgets."
+
+
 def asked_questions(results: dict[str, Any]) -> set[str] | None:
     """The ids a run asked: recorded in its results, else what its benchmark selects today (a run
     made before the ids were recorded); None (every answer in the directory) if neither is known."""
@@ -188,6 +202,9 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path, *, allow_mixed
             "their numbers are not directly comparable",
             file=sys.stderr,
         )
+    settings = setting_differences(labels, results)
+    if settings:
+        print(f"warning: {settings.replace('**', '')}", file=sys.stderr)
     asked = [asked_questions(r) for r in results]
     codes = [answer_code([t for t in TrajectoryStore(d).load() if a is None or t.id in a])
              for d, a in zip(dirs, asked, strict=True)]
@@ -205,6 +222,8 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path, *, allow_mixed
               file=sys.stderr)
     metrics = [r["metrics"] for r in results]
     table = format_table(labels, metrics) + "\n\n" + code_lines(labels, codes)
+    if settings:
+        table += "\n\n" + settings
     out = Path(out_dir)
     atomic_write_text(out / "table.md", table + "\n")
     plot_metrics(labels, metrics, out / "metrics.png")

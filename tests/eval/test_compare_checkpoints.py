@@ -195,3 +195,16 @@ def test_compare_pairs_only_the_questions_each_run_asked(scripted, make_items, t
     compare_runs([tmp_path / "base", tmp_path / "trained"], tmp_path / "cmp")
     paired = (tmp_path / "cmp" / "paired.md").read_text()
     assert "| trained | 5 | 2 | 0 |" in paired
+
+
+def test_compare_names_the_agent_settings_two_runs_differ_in(scripted, make_items, tmp_path, capsys):
+    """eval qa defaults to 6 turns, the shipped agents run 10: a comparison across them says so."""
+    for name, turns in (("base", 6), ("agent", 10), ("again", 10)):
+        evaluate(ResearchTasks(), make_items(4), object(), tmp_path / name,
+                 config={"max_turns": turns, "max_tool_calls": 4}, browser=object(),
+                 run_info={"bench": "toy", "model": name}, progress=False)
+    table = compare_runs([tmp_path / "base", tmp_path / "agent"], tmp_path / "cmp")
+    line = "**Agent settings differ** (max_turns: base 6, agent 10): these runs are not at equal budgets."
+    assert line in table and line in (tmp_path / "cmp" / "table.md").read_text()
+    assert "max_tool_calls" not in line and "warning: Agent settings differ" in capsys.readouterr().err
+    assert "Agent settings differ" not in compare_runs([tmp_path / "agent", tmp_path / "again"], tmp_path / "cmp2")
