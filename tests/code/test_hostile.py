@@ -12,7 +12,6 @@ filesystem, pid namespace), and the destructive ones aim only at sacrificial fil
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import shutil
 import subprocess
