@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    print(f"\nrecipe done: the comparison is in {compare} (table.md, paired.md, metrics.png, funnel.png)")
+    if args.only and not any(name.startswith("compare") for name in args.only):
+        print(f"\nrecipe done: ran {', '.join(args.only)}")
+    else:
+        print(f"\nrecipe done: the comparison is in {compare} (table.md, paired.md, metrics.png, funnel.png)")
     return 0
 
 

@@ -115,6 +115,18 @@ def test_cli_reports_a_failed_stage(tmp_path, stage_module, monkeypatch, capsys)
     assert "error: stage demonstrations failed (exit 1)" in capsys.readouterr().err
 
 
+def test_cli_says_what_an_only_run_did_and_points_at_a_comparison_only_when_one_ran(
+        tmp_path, stage_module, monkeypatch, capsys):
+    import recipe.run as recipe
+
+    monkeypatch.setattr(recipe, "stages", lambda r: [("sft", "fake_stage_cli", ["a"]), ("compare", "fake_stage_cli", ["b"])])
+    assert main(["--out", str(tmp_path / "r"), "--quick", "--only", "sft"]) == 0
+    out = capsys.readouterr().out
+    assert "recipe done: ran sft" in out and "comparison" not in out and stage_module.CALLS == [["a"]]
+    assert main(["--out", str(tmp_path / "r"), "--quick", "--only", "compare"]) == 0
+    assert "recipe done: the comparison is in" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_quick_recipe_runs_end_to_end(tmp_path):
     assert main(["--out", str(tmp_path / "r"), "--quick"]) == 0
