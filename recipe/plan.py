@@ -142,7 +142,6 @@ PRESETS = {"research-qwen-v1": research_qwen_v1, "research-qwen-v2": research_qw
            "reward-ablation-smollm2": reward_ablation_smollm2}
 
 
-
 def _flags(r: Recipe, names: tuple[str, ...] = BUDGETS) -> list[str]:
     """The agent's budgets as the trainer's (and synth's) own flags: ``--max-turns 10``."""
     return [a for n in names for a in (f"--{n.replace('_', '-')}", str(getattr(r.agent, n)))]
