@@ -90,6 +90,11 @@ def is_country(meta: dict) -> bool:
     return meta.get("source") == "factbook" and meta.get("gec") not in NOT_A_COUNTRY and meta.get("region") != "World"
 
 
+def hops(item: dict) -> int:
+    """How many lookups a question needs (1 when the item does not say)."""
+    return int(item.get("hops") or 1)
+
+
 def ill_posed(item: dict) -> bool:
     """A multi-hop question whose bridge or answer is a profile that is no country: "which country borders
     both Albania and Moldova?" has only "European Union" for gold, and "the capital of the country that
@@ -97,7 +102,7 @@ def ill_posed(item: dict) -> bool:
     kept these profiles out (92 of its 2,059 questions: 57 train, 35 of the test split's 191 two-hop ones); every
     reader of it drops them, so no eval scores and no trainer learns them."""
     docs = item.get("supporting_docs") or ()
-    return int(item.get("hops") or 1) >= 2 and any(str(d).removeprefix("factbook/") in NOT_A_COUNTRY
+    return hops(item) >= 2 and any(str(d).removeprefix("factbook/") in NOT_A_COUNTRY
                                                    for d in docs if str(d).startswith("factbook/"))
 
 

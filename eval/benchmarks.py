@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corpus.factbook import ill_posed
+from corpus.factbook import hops, ill_posed
 from corpus.files import seeded_subset
 from corpus.sources import MAX_JSON_DEPTH, json_depth, writable_json
 from eval.fetch import simpleqa_file, squad_file, strategyqa_file
@@ -319,7 +319,7 @@ def _factbook_split(split: str, min_hops: int = 1) -> Callable[..., tuple[list[d
         from research_agent.tasks import default_task_file
 
         items, spec = load_jsonl(Path(path or default_task_file()))
-        return [it for it in items if it.get("split") == split and int(it.get("hops") or 1) >= min_hops], spec
+        return [it for it in items if it.get("split") == split and hops(it) >= min_hops], spec
 
     return load
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from corpus.factbook import ill_posed
+from corpus.factbook import hops, ill_posed
 from corpus.files import read_jsonl
 
 from .trajectory import Trajectory
@@ -110,7 +110,7 @@ class ResearchTasks:
         path = cfg.tasks or str(default_task_file())
         min_hops = cfg.curriculum.min_hops
         items = [it for it in read_jsonl(path, required=("question",), split=cfg.split or None)
-                 if not ill_posed(it) and int(it.get("hops") or 1) >= min_hops]
+                 if not ill_posed(it) and hops(it) >= min_hops]
         if not items:
             raise TaskSetupError(f"no tasks with split {cfg.split!r}"
                                  f"{f' and at least {min_hops} hops' if min_hops > 1 else ''} in {path}")

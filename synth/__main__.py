@@ -60,7 +60,7 @@ def cmd_trajectories(args) -> int:
 
 
 def _trajectories(args) -> int:
-    from corpus.factbook import ill_posed
+    from corpus.factbook import hops, ill_posed
     from corpus.files import seeded_subset
     from research_agent.agent import AgentConfig
     from research_agent.configs import ConfigError, config_from_args
@@ -83,7 +83,7 @@ def _trajectories(args) -> int:
     with output_lock(args.out):  # fail fast, before a model or a corpus is loaded
         pass
     items = [it for it in read_jsonl(args.qa, split=args.split or None)
-             if not ill_posed(it) and int(it.get("hops") or 1) >= args.min_hops]
+             if not ill_posed(it) and hops(it) >= args.min_hops]
     if args.limit is not None:
         items = seeded_subset(items, args.limit, args.seed)
     from corpus import open_browser
