@@ -170,9 +170,12 @@ def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: t
     return loss, stats
 
 
-def sft_loss(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
-    """Cross-entropy on the model's own tokens only (observations masked)."""
+def sft_loss(model, input_ids, attention_mask, loss_mask, denominator: float | None = None) -> torch.Tensor:
+    """Cross-entropy on the model's own tokens only (observations masked), averaged over those
+    tokens, or summed and divided by ``denominator`` (a step's token count when its rows run in
+    several passes: the passes' losses then add up to the step's mean)."""
     lp, _ = token_logprobs(model, input_ids, attention_mask, loss_mask=loss_mask)
     m = loss_mask.clone()
     m[:, 0] = 0.0
-    return -(lp * m).sum() / m.sum().clamp(min=1.0)
+    denom = m.sum().clamp(min=1.0) if denominator is None else max(float(denominator), 1.0)
+    return -(lp * m).sum() / denom

@@ -32,6 +32,7 @@ from research_agent.tasks import (
     render_managed,
 )
 
+from .batching import PASS_COST, chunk_lengths
 from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
 from .config import TrainConfig
 from .distributed import (
@@ -57,7 +58,7 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
     divided by the step's token count over all ranks and the gradients are summed
     (``research_agent.train.distributed``), so N processes take the one-process step; only rank 0
     writes the run directory (and builds the examples, which code tasks write there too)."""
-    from .rl import set_checkpointing, setup_lora, wants_checkpointing
+    from .rl import setup_lora
 
     tasks = task_type or get_task_type(cfg.task_type)
     ranks = init_distributed(cfg.compute.device)
@@ -101,22 +102,9 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
         idx = order[pos * cfg.compute.micro_batch: (pos + 1) * cfg.compute.micro_batch]
         t0 = time.perf_counter()
         rows = idx[ranks.rank::ranks.world] if ranks.active else idx
-        set_checkpointing(model, wants_checkpointing(cfg, model, len(rows) * max(
-            (len(examples[i][0]) for i in rows), default=0)))
-        if ranks.active:
-            loss, tokens = _shared_step(model, opt, examples, idx[ranks.rank::ranks.world], tok.pad_token_id,
-                                        device, ranks)
-            if math.isnan(loss):
-                raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
-        else:
-            ids, attn, lmask = pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx],
-                                         tok.pad_token_id, device=device)
-            loss = sft_loss(model, ids, attn, lmask)
-            if torch.isnan(loss):
-                raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            loss, tokens = float(loss.detach()), int(lmask.sum())
+        loss, tokens = _step(model, opt, examples, rows, tok.pad_token_id, device, ranks, cfg)
+        if math.isnan(loss):
+            raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
         all_reduce_grads(params, ranks)
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
@@ -143,24 +131,30 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
     return summary
 
 
-def _shared_step(model, opt, examples: list, idx: list[int], pad_id: int, device, ranks: Ranks
-                 ) -> tuple[float, int]:
+def _step(model, opt, examples: list, rows: list[int], pad_id: int, device, ranks: Ranks, cfg: TrainConfig,
+          pass_cost: float = PASS_COST) -> tuple[float, int]:
     """This rank's share of one step, backward with the step's token mean as the loss; returns the
-    step's loss and token count (the same on every rank).  A rank with no example still takes
-    part in the collectives (its gradients count as zero)."""
-    local_loss = None
-    n_local = n_masked = 0
-    if idx:
-        ids, attn, lmask = pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx], pad_id,
-                                     device=device)
-        n_local = int(lmask[:, 1:].sum())  # the tokens sft_loss averages over (the first carries no loss)
-        n_masked = int(lmask.sum())  # what one process logs as "tokens"
-        local_loss = sft_loss(model, ids, attn, lmask)
+    step's loss and token count (the same on every rank).
+
+    The rows run in padding-light passes (``chunk_lengths``: rows of like length together, a long
+    one alone), not padded to the longest in one pass: the recipe's demonstrations run from 512 to
+    2,088 tokens, and one padded pass of four fed 1.5 times their tokens.  Each pass's loss is its
+    token sum over the step's token count on all ranks, so the passes add up to the one-pass mean.
+    A rank with no example still takes part in the collectives (its gradients count as zero).
+    ``pass_cost=1e9`` is the one padded pass (bench/sft_layout.py's reference)."""
+    from .rl import set_checkpointing, wants_checkpointing
+
+    n_local = sum(sum(examples[i][1][1:]) for i in rows)  # the tokens sft_loss averages over (the first carries none)
+    n_masked = sum(sum(examples[i][1]) for i in rows)  # what one process logs as "tokens"
     n_total, n_logged = (int(n) for n in all_reduce_sum([n_local, n_masked], ranks))
     opt.zero_grad(set_to_none=True)
     part = 0.0
-    if local_loss is not None:
-        scaled = local_loss * (n_local / max(1, n_total))  # this rank's token sum over the step's tokens
-        scaled.backward()
-        part = float(scaled.detach())
+    for chunk in chunk_lengths([len(examples[i][0]) for i in rows], max(1, len(rows)), pass_cost) if rows else []:
+        batch = [rows[k] for k in chunk]
+        ids, attn, lmask = pad_batch([examples[i][0] for i in batch], [examples[i][1] for i in batch], pad_id,
+                                     device=device)
+        set_checkpointing(model, wants_checkpointing(cfg, model, ids.numel()))
+        loss = sft_loss(model, ids, attn, lmask, denominator=n_total)
+        loss.backward()
+        part += float(loss.detach())
     return all_reduce_sum([part], ranks)[0], n_logged

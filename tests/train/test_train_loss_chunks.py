@@ -104,3 +104,36 @@ def test_sft_loss_is_unchanged_by_chunking(lora_model, monkeypatch):
         monkeypatch.setattr(loss_mod, "LOGIT_CHUNK_ELEMENTS", 49152)
         chunked = float(sft_loss(model, ids, attn, lmask))
     assert abs(whole - chunked) < 1e-5
+
+
+def test_an_sft_step_in_padding_light_passes_equals_one_padded_pass(lora_model):
+    """Rows of unlike length run in separate passes, each divided by the step's token count: the
+    step's loss and LoRA gradients are those of the one padded pass (the layout changes only cost)."""
+    from research_agent.train.batching import chunk_lengths
+    from research_agent.train.config import TrainConfig
+    from research_agent.train.distributed import Ranks
+    from research_agent.train.sft import _step
+
+    model, tok = lora_model
+    texts = ["Search: Peru. Result: Lima.", "Capital? Lima.",
+             "Search: population of Lithuania. Result: " + "about 2.8 million people live there; " * 12]
+    seqs = [tok(t)["input_ids"] for t in texts]
+    examples = [(s, [0] * 3 + [1] * (len(s) - 3)) for s in seqs]
+    rows = [0, 1, 2]
+    assert len(chunk_lengths([len(s) for s in seqs], 3)) > 1  # the long row runs alone
+    pad = tok.pad_token_id or 0
+    model.zero_grad(set_to_none=True)
+    ids, attn, lmask = pad_batch(seqs, [m for _, m in examples], pad)
+    whole = sft_loss(model, ids, attn, lmask)
+    whole.backward()
+    g_whole = _grads(model)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    loss, tokens = _step(model, opt, examples, rows, pad, "cpu", Ranks(), TrainConfig(stage="sft"))
+    g_step = _grads(model)
+    assert tokens == sum(sum(m) for _, m in examples)
+    whole = float(whole.detach())
+    assert abs(loss - whole) < 1e-4 * max(1.0, abs(whole))
+    assert g_whole.keys() == g_step.keys() and g_whole
+    for n in g_whole:  # the same sum in another order: equal up to float32 rounding
+        rel = float((g_whole[n] - g_step[n]).norm() / g_whole[n].norm().clamp(min=1e-12))
+        assert rel < 1e-3, (n, rel)
