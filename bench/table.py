@@ -231,6 +231,17 @@ def update_layout_rows(raw: dict[str, Any]) -> list[Row]:
              f"**{spread(ratio, '.2f', '×')}** time; {shared['positions'] / plain['positions']:.2f}× positions", "—")]
 
 
+def sft_layout_rows(raw: dict[str, Any]) -> list[Row]:
+    lay = raw["layouts"]
+    plain, light = lay["one padded pass (reference)"], lay["padding-light passes"]
+    ratio = [a / b for a, b in zip(light["seconds"], plain["seconds"], strict=True)]
+    return [(f"`bench/sft_layout.py` ({raw['steps']} SFT steps of {raw['args']['micro_batch']} demonstrations, "
+             f"{raw['tokens']:,} tokens; {len(ratio)} rounds)", f"padding-light passes "
+             f"{spread(light['seconds'], '.1f', ' s')}, {light['positions']:,} positions fed",
+             f"one padded pass a step {spread(plain['seconds'], '.1f', ' s')}, {plain['positions']:,} positions",
+             f"**{spread(ratio, '.2f', '×')}** time; {light['positions'] / plain['positions']:.2f}× positions", "—")]
+
+
 def scaling_rows(raw: dict[str, Any]) -> list[Row]:
     rounds = raw["rounds"]
     rows: list[Row] = []
@@ -349,6 +360,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "service": service_rows,
     "corpus": corpus_rows,
     "update_layout": update_layout_rows,
+    "sft_layout": sft_layout_rows,
     "scaling": scaling_rows,
     "first_answer": first_answer_rows,
     "memory": memory_rows,

@@ -92,6 +92,9 @@ def test_every_bench_has_rows_and_an_unknown_bench_is_an_error(tmp_path):
                  "plain (reference)": {"passes": 8, "positions": 1200, "seconds": [10.0, 12.0]},
                  "chunks": {"passes": 6, "positions": 1100, "seconds": [11.0, 11.0]},
                  "shared + chunks": {"passes": 6, "positions": 900, "seconds": [9.0, 9.0]}}),
+        _raw("sft_layout", "m", args={"micro_batch": 4}, steps=4, examples=480, tokens=3200, layouts={
+            "one padded pass (reference)": {"passes": 4, "positions": 4800, "seconds": [100.0, 110.0]},
+            "padding-light passes": {"passes": 13, "positions": 3300, "seconds": [60.0, 66.0]}}),
         _raw("scaling", args={"prompts": 2}, rounds=[{"single": {"s_per_step": 80.0}, "dp2": {"s_per_step": 90.0},
                                                      "server": {"s_per_step": 85.0}}]),
         _raw("first_answer", goal_answer_s=180.0, goal_dense_s=480.0,
@@ -109,6 +112,7 @@ def test_every_bench_has_rows_and_an_unknown_bench_is_an_error(tmp_path):
     for raw in raws:
         assert f"`bench/{raw['bench']}.py`" in rendered
     assert "**0.40×** | ≤ 0.5×: **met**" in rendered  # train_step, one round
+    assert "**0.60×** time; 0.69× positions" in rendered  # sft_layout: 60/100 and 66/110
     assert "weak-scaling efficiency **0.89**" in rendered and "≥ 0.8: **met**" in rendered
     (tmp_path / "mystery-1.json").write_text(json.dumps(_raw("mystery")))
     with pytest.raises(table.TableError, match="no rows for bench 'mystery'"):
