@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from research_agent.tasks import load_sft_records, render_examples
-    from research_agent.train.batching import PASS_COST, chunk_lengths
+    from research_agent.train.batching import PASS_COST, plan_cost, plan_update
     from research_agent.train.config import TrainConfig
     from research_agent.train.distributed import Ranks
     from research_agent.train.rl import setup_lora
@@ -92,10 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = [s for s in steps if s]
     layouts = {"one padded pass (reference)": 1e9, "padding-light passes": PASS_COST}
 
-    def fed(rows: list[int], cost: float) -> tuple[int, int]:
-        lengths = [len(examples[i][0]) for i in rows]
-        chunks = chunk_lengths(lengths, len(rows), cost)
-        return len(chunks), sum(len(c) * max(lengths[k] for k in c) for c in chunks)
+    def fed(rows: list[int], cost: float) -> tuple[int, int]:  # (passes, positions) of one step, as _step lays it
+        units = [examples[i] for i in rows]
+        return plan_cost(plan_update(units, len(rows), share_prefix=False, pass_cost=cost), units)
 
     plans = {name: [fed(s, cost) for s in steps] for name, cost in layouts.items()}
     opt = torch.optim.SGD([q for q in model.parameters() if q.requires_grad], lr=0.0)
