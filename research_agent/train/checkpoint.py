@@ -2,16 +2,23 @@
 
 A checkpoint directory holds the LoRA adapter, the optimizer, RNG states and the trainer state
 (step, data position, reward-schedule/RLER state).  It is written to a temp directory and renamed
-into place, so a kill mid-save leaves the previous checkpoint intact; resuming loses at most the
-step in progress.
+into place, so a kill mid-save leaves the previous checkpoint intact.  A stop (Ctrl-C, SIGTERM,
+the recipe's ``--stop-after``) between periodic checkpoints saves the last finished step
+(``FinishedStep``), so resuming loses only the step in progress, not every step since the last
+periodic checkpoint.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
 import shutil
+import signal
+import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +57,54 @@ def save_checkpoint(out: str | Path, step: int, model, optimizer, state: dict, k
     for old in checkpoints(out)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def optimizer_steps(optimizer) -> list[float]:
+    """Each parameter's update count: unchanged since a step ended means no weight moved since
+    (AdamW counts a parameter's update before applying it, so a half-applied update shows)."""
+    return [float(s["step"]) for s in optimizer.state.values() if "step" in s]
+
+
+@contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM wait until the block ends: the end of a step (the weights moved, the
+    metrics row written, ``FinishedStep`` taken) happens whole, so a stop never falls between the
+    update and the record of it.  Only the main thread receives Python's signals; elsewhere (and
+    where the OS has no signal masks) this holds nothing."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class FinishedStep:
+    """The trainer state as the last step ended, kept so that a stop in the middle of the next step
+    can still checkpoint the finished one: the weights stay those of the finished step until the
+    optimizer moves them, but the data position, the curriculum and a stateful reward move as soon
+    as the next step draws and scores, so they are copied here when a step ends."""
+
+    def __init__(self, step: int, optimizer, state: dict | None = None):
+        self.step, self.state = step, copy.deepcopy(state or {})
+        self.updates = optimizer_steps(optimizer)
+
+    def save_on_stop(self, out: str | Path, model, optimizer, keep: int) -> Path | None:
+        """Checkpoint this step after a stop, unless a periodic checkpoint has it already or the
+        weights moved past it (a stop inside the optimizer step); says which on stderr."""
+        have = checkpoints(out)
+        if self.step == 0 or (have and int(have[-1].name.split("-")[1]) >= self.step):
+            return None
+        if optimizer_steps(optimizer) != self.updates:
+            print(f"stopped while the weights were being updated; resuming starts from "
+                  f"{have[-1] if have else 'the beginning'}", file=sys.stderr)
+            return None
+        path = save_checkpoint(out, self.step, model, optimizer, self.state, keep=keep)
+        print(f"stopped in step {self.step + 1}: saved {path} (resume goes on from step {self.step})",
+              file=sys.stderr)
+        return path
 
 
 def load_checkpoint(path: Path, model, optimizer) -> dict:

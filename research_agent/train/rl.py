@@ -13,6 +13,7 @@ import json
 import math
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -26,7 +27,7 @@ from research_agent.trajectory import Trajectory
 
 from .algorithms import gigpo_advantages, group_advantages, keep_groups, sequence_advantages
 from .batching import plan_update, prefix_pass, reference_mode, suffix_logprobs
-from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
+from .checkpoint import FinishedStep, checkpoints, load_checkpoint, prepare_run, save_checkpoint, signals_held
 from .config import TrainConfig
 from .curriculum import OrderedDraw, make_curriculum
 from .distributed import (
@@ -178,7 +179,8 @@ def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list
 
 
 def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen: list[int], cfg: TrainConfig,
-                  pad_id: int, layout: dict | None = None, ranks: Ranks | None = None) -> dict:
+                  pad_id: int, layout: dict | None = None, ranks: Ranks | None = None,
+                  held: ExitStack | None = None) -> dict:
     """One optimizer step (or ``ppo_epochs`` of them) on the chosen trajectories; returns loss stats.
 
     The unit is a sequence the model actually saw (``Trajectory.sequences``): a full-context
@@ -191,6 +193,9 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
     divides by the step's token total over all ranks and the gradients are summed over ranks before
     clipping (``research_agent.train.distributed``: why not DDP), so every rank applies the update
     one process would compute on the union; the returned stats are the step's, on every rank.
+
+    ``held``: from the last optimizer step on, Ctrl-C and SIGTERM wait until the caller closes it
+    (the trainer, once the step is recorded), so a stop never falls between the update and its record.
     """
     ranks = ranks or Ranks()
     stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0}
@@ -260,6 +265,8 @@ def policy_update(model, opt, params, trajs: list[Trajectory], adv: list, chosen
                     torch.autograd.backward([t for t, _ in pairs], grad_tensors=[gr for _, gr in pairs])
         all_reduce_grads(params, ranks)  # before the clip: the norm is the step's, not this rank's share
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        if held is not None and epoch == cfg.ppo_epochs - 1:
+            held.enter_context(signals_held())
         opt.step()
     if ranks.active:
         stats["loss"], stats["kl"], ent_sum, tokens = all_reduce_sum(
@@ -376,72 +383,78 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
     tracker = make_tracker(cfg.report_to, out, cfg.to_dict()) if ranks.main else make_tracker("none", out, {})
     history: list[dict] = []
     bar = tqdm(range(start, cfg.steps), desc="rl", disable=not progress, initial=start, total=cfg.steps)
-    for step in bar:
-        t0 = time.perf_counter()
-        # sampling reproducible per step, also after resume; each rank samples its own stream
-        torch.manual_seed(cfg.seed * 100_003 + step + 1_000_003 * ranks.rank)
-        trajs, rewards, correct, adv, keep_g, results = [], [], [], [], [], []
-        rounds = 0
-        while True:  # DAPO dynamic sampling: draw more prompts while groups were filtered out
-            need = cfg.prompts_per_step - (sum(keep_g) if rounds else 0)
-            drawn = sampler.draw(step, rounds, need)
-            state["position"] += need
-            batch_items = [it for i in drawn for it in tasks.group_items(items[i], step, cfg)]
-            rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward, tasks, ranks, len(keep_g))
-            g = cfg.group_size
-            sampler.update(drawn, [sum(rnd[3][k * g:(k + 1) * g]) / g for k in range(len(drawn))])
-            for acc, part in zip((trajs, results, rewards, correct, adv, keep_g), rnd, strict=True):
-                acc += part
-            rounds += 1
-            if sum(keep_g) >= cfg.prompts_per_step or rounds > cfg.filters.dynamic_sampling:
-                break
-        chosen = [i for i, t in enumerate(trajs)
-                  if keep_g[i // cfg.group_size] and not (cfg.filters.drop_void_turns and t.has_void_turn)
-                  and any(t.token_mask)]
-        mine = [i for i in chosen if ranks.owns(i // cfg.group_size)]  # all of them in one process
-        for i in mine:  # the loss must cover the model's own tokens and nothing the tools returned
-            trajs[i].check_consistency()
-        t_roll = time.perf_counter() - t0
-        model.train()
-        upd = policy_update(model, opt, params, trajs, adv, mine, cfg, tok.pad_token_id, ranks=ranks)
-        model.eval()
-        if publisher is not None:
-            _publish(publisher, model, step + 1, ranks)
-        row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, tasks.tools), "loss": upd["loss"], "kl": upd["kl"],
-               "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
-               "sampling_rounds": rounds, **sampler.metrics(),
-               "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll,
-               # every trajectory sampled this step (dynamic sampling may draw more than one round):
-               # what a tokens/s figure divides, rather than a mean times an assumed count
-               "rollout_trajectories": len(trajs),
-               "rollout_generated_tokens": sum(t.generated_tokens for t in trajs)}
-        if publisher is not None:
-            row["publish_seconds"] = publisher.seconds
-        comps: dict[str, float] = {}
-        for r in results:
-            for k, v in r.components.items():
-                comps[k] = comps.get(k, 0.0) + v / len(results)
-        row.update({f"reward/{k}": v for k, v in comps.items()})
-        history.append(row)
+    finished = FinishedStep(start, opt)  # start: 0, or the checkpoint resumed from
+    try:
+        for step in bar:
+            t0 = time.perf_counter()
+            # sampling reproducible per step, also after resume; each rank samples its own stream
+            torch.manual_seed(cfg.seed * 100_003 + step + 1_000_003 * ranks.rank)
+            trajs, rewards, correct, adv, keep_g, results = [], [], [], [], [], []
+            rounds = 0
+            while True:  # DAPO dynamic sampling: draw more prompts while groups were filtered out
+                need = cfg.prompts_per_step - (sum(keep_g) if rounds else 0)
+                drawn = sampler.draw(step, rounds, need)
+                state["position"] += need
+                batch_items = [it for i in drawn for it in tasks.group_items(items[i], step, cfg)]
+                rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward, tasks, ranks, len(keep_g))
+                g = cfg.group_size
+                sampler.update(drawn, [sum(rnd[3][k * g:(k + 1) * g]) / g for k in range(len(drawn))])
+                for acc, part in zip((trajs, results, rewards, correct, adv, keep_g), rnd, strict=True):
+                    acc += part
+                rounds += 1
+                if sum(keep_g) >= cfg.prompts_per_step or rounds > cfg.filters.dynamic_sampling:
+                    break
+            chosen = [i for i, t in enumerate(trajs)
+                      if keep_g[i // cfg.group_size] and not (cfg.filters.drop_void_turns and t.has_void_turn)
+                      and any(t.token_mask)]
+            mine = [i for i in chosen if ranks.owns(i // cfg.group_size)]  # all of them in one process
+            for i in mine:  # the loss must cover the model's own tokens and nothing the tools returned
+                trajs[i].check_consistency()
+            t_roll = time.perf_counter() - t0
+            model.train()
+            with ExitStack() as held:  # a stop lands before the update or after its record, not between
+                upd = policy_update(model, opt, params, trajs, adv, mine, cfg, tok.pad_token_id, ranks=ranks, held=held)
+                model.eval()
+                if publisher is not None:
+                    _publish(publisher, model, step + 1, ranks)
+                row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, tasks.tools), "loss": upd["loss"], "kl": upd["kl"],
+                       "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
+                       "sampling_rounds": rounds, **sampler.metrics(),
+                       "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll,
+                       # every trajectory sampled this step (dynamic sampling may draw more than one round):
+                       # what a tokens/s figure divides, rather than a mean times an assumed count
+                       "rollout_trajectories": len(trajs),
+                       "rollout_generated_tokens": sum(t.generated_tokens for t in trajs)}
+                if publisher is not None:
+                    row["publish_seconds"] = publisher.seconds
+                comps: dict[str, float] = {}
+                for r in results:
+                    for k, v in r.components.items():
+                        comps[k] = comps.get(k, 0.0) + v / len(results)
+                row.update({f"reward/{k}": v for k, v in comps.items()})
+                history.append(row)
+                if ranks.main:
+                    with open(metrics_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(row) + "\n")
+                    tracker.log(row, step + 1)
+                finished = FinishedStep(step + 1, opt, _resumable(state, reward_fn, sampler))
+            if ranks.main:
+                plot_training(metrics_path, out / "training.png")
+            bar.set_postfix(reward=f"{row['reward']:.3f}", pass_=f"{row['pass_rate']:.2f}", kl=f"{upd['kl']:.4f}")
+            alarm = collapse_alarm(history, cfg)  # the same history, so the same verdict, on every rank
+            if alarm:
+                if ranks.main:
+                    print(f"ALARM at step {step + 1}: {alarm}. Stopping; the last good checkpoint is kept.",
+                          file=sys.stderr)
+                raise TrainingStopped(alarm)
+            if (step + 1) % cfg.checkpoints.every == 0 or step + 1 == cfg.steps:
+                if ranks.main:
+                    save_checkpoint(out, step + 1, model, opt, finished.state, keep=cfg.checkpoints.keep)
+                barrier(ranks)
+    except KeyboardInterrupt:
         if ranks.main:
-            with open(metrics_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
-            plot_training(metrics_path, out / "training.png")
-            tracker.log(row, step + 1)
-        bar.set_postfix(reward=f"{row['reward']:.3f}", pass_=f"{row['pass_rate']:.2f}", kl=f"{upd['kl']:.4f}")
-        alarm = collapse_alarm(history, cfg)  # the same history, so the same verdict, on every rank
-        if alarm:
-            if ranks.main:
-                print(f"ALARM at step {step + 1}: {alarm}. Stopping; the last good checkpoint is kept.",
-                      file=sys.stderr)
-            raise TrainingStopped(alarm)
-        if (step + 1) % cfg.checkpoints.every == 0 or step + 1 == cfg.steps:
-            rs = reward_fn.state_dict() if hasattr(reward_fn, "state_dict") else None
-            if ranks.main:
-                save_checkpoint(out, step + 1, model, opt,
-                                {**state, "reward_state": rs, "curriculum": sampler.state_dict()},
-                                keep=cfg.checkpoints.keep)
-            barrier(ranks)
+            finished.save_on_stop(out, model, opt, keep=cfg.checkpoints.keep)
+        raise
     tracker.close()
     summary = {"steps": cfg.steps, "final": history[-1] if history else None, "adapter": str(out / "adapter")}
     if ranks.main:
@@ -449,6 +462,13 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
     barrier(ranks)
     return summary
+
+
+def _resumable(state: dict, reward_fn, sampler) -> dict:
+    """What a checkpoint holds besides the weights: the data position and the reward's and the
+    curriculum's state."""
+    rs = reward_fn.state_dict() if hasattr(reward_fn, "state_dict") else None
+    return {**state, "reward_state": rs, "curriculum": sampler.state_dict()}
 
 
 def _publish(publisher: AdapterPublisher, model, step: int, ranks) -> None:

@@ -16,6 +16,7 @@ import json
 import math
 import random
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ from research_agent.tasks import (
 )
 
 from .batching import PASS_COST, chunk_lengths
-from .checkpoint import checkpoints, load_checkpoint, prepare_run, save_checkpoint
+from .checkpoint import FinishedStep, checkpoints, load_checkpoint, prepare_run, save_checkpoint, signals_held
 from .config import TrainConfig
 from .distributed import (
     Ranks,
@@ -86,8 +87,10 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
     if resume and checkpoints(out):
         state = load_checkpoint(checkpoints(out)[-1], model, opt)
         start = state["step"]
-        for _ in range(start):
-            sched.step()
+        with warnings.catch_warnings():  # stepping the schedule to the resumed step, before any update
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(start):
+                sched.step()
     elif ranks.main and metrics_path.exists():
         metrics_path.unlink()
     barrier(ranks)
@@ -95,31 +98,39 @@ def train_sft(cfg: TrainConfig, resume: bool = False, progress: bool = True, tas
     bar = tqdm(range(start, total), desc="sft", disable=not progress, initial=start, total=total)
     last: dict = {}
     tracker = make_tracker(cfg.report_to, out, cfg.to_dict()) if ranks.main else make_tracker("none", out, {})
-    for step in bar:
-        epoch, pos = divmod(step, steps_per_epoch)
-        order = list(range(len(examples)))
-        random.Random(cfg.seed + epoch).shuffle(order)
-        idx = order[pos * cfg.compute.micro_batch: (pos + 1) * cfg.compute.micro_batch]
-        t0 = time.perf_counter()
-        rows = idx[ranks.rank::ranks.world] if ranks.active else idx
-        loss, tokens = _step(model, opt, examples, rows, tok.pad_token_id, device, ranks, cfg)
-        if math.isnan(loss):
-            raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
-        all_reduce_grads(params, ranks)
-        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        opt.step()
-        sched.step()
-        last = {"step": step + 1, "epoch": epoch, "loss": loss, "tokens": tokens,
-                "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
+    finished = FinishedStep(start, opt)  # start: 0, or the checkpoint resumed from
+    try:
+        for step in bar:
+            epoch, pos = divmod(step, steps_per_epoch)
+            order = list(range(len(examples)))
+            random.Random(cfg.seed + epoch).shuffle(order)
+            idx = order[pos * cfg.compute.micro_batch: (pos + 1) * cfg.compute.micro_batch]
+            t0 = time.perf_counter()
+            rows = idx[ranks.rank::ranks.world] if ranks.active else idx
+            loss, tokens = _step(model, opt, examples, rows, tok.pad_token_id, device, ranks, cfg)
+            if math.isnan(loss):
+                raise SystemExit(f"SFT loss is NaN at step {step + 1}; the last checkpoint is kept")
+            all_reduce_grads(params, ranks)
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            with signals_held():  # a stop lands before the update or after its record, not between
+                opt.step()
+                sched.step()
+                last = {"step": step + 1, "epoch": epoch, "loss": loss, "tokens": tokens,
+                        "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
+                if ranks.main:
+                    with open(metrics_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(last) + "\n")
+                    tracker.log(last, step + 1)
+                finished = FinishedStep(step + 1, opt, {"epoch": epoch})
+            bar.set_postfix(loss=f"{last['loss']:.3f}")
+            if (step + 1) % max(1, cfg.checkpoints.every) == 0:
+                if ranks.main:
+                    save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.checkpoints.keep)
+                barrier(ranks)
+    except KeyboardInterrupt:
         if ranks.main:
-            with open(metrics_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(last) + "\n")
-            tracker.log(last, step + 1)
-        bar.set_postfix(loss=f"{last['loss']:.3f}")
-        if (step + 1) % max(1, cfg.checkpoints.every) == 0:
-            if ranks.main:
-                save_checkpoint(out, step + 1, model, opt, {"epoch": epoch}, keep=cfg.checkpoints.keep)
-            barrier(ranks)
+            finished.save_on_stop(out, model, opt, keep=cfg.checkpoints.keep)
+        raise
     tracker.close()
     summary = {"examples": len(examples), "skipped": skipped, "steps": total,
                "final": last, "adapter": str(out / "adapter")}

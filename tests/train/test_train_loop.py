@@ -6,10 +6,12 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from research_agent.agent import ResearchAgent
 from research_agent.configs import build
-from research_agent.train.checkpoint import ResumeError
+from research_agent.train import rl
+from research_agent.train.checkpoint import FinishedStep, ResumeError, checkpoints, save_checkpoint
 from research_agent.train.config import TrainConfig, load_config
 from research_agent.train.rl import SafeReward, policy_update, setup_lora, train_rl
 from research_agent.train.sft import render_example, train_sft
@@ -113,9 +115,9 @@ def _cfg(tmp_path, tasks, **kw):
 
 
 @pytest.mark.model
-def test_resume_reproduces_the_next_step(tmp_path, small_browser):
+def test_resume_reproduces_the_next_step(tmp_path, small_browser, monkeypatch, capsys):
     tasks = _write_tasks(tmp_path / "tasks.jsonl")
-    full = _cfg(tmp_path, tasks, out=str(tmp_path / "full"))
+    full = _cfg(tmp_path, tasks, out=str(tmp_path / "full"), steps=3)
     train_rl(full, browser=small_browser, progress=False)
     part = _cfg(tmp_path, tasks, out=str(tmp_path / "part"), steps=1)
     train_rl(part, browser=small_browser, progress=False)
@@ -132,10 +134,63 @@ def test_resume_reproduces_the_next_step(tmp_path, small_browser):
     assert a[1]["loss"] == pytest.approx(b[1]["loss"], rel=1e-3, abs=1e-5)
     assert (tmp_path / "part" / "adapter" / "adapter_config.json").exists()
     assert (tmp_path / "part" / "training.png").stat().st_size > 1000
+    # a stop (Ctrl-C, --stop-after) in step 4, two steps after the last periodic checkpoint, saves
+    # step 3 as it ended; its weights are the full run's after three steps, not a half update
+    calls = []
+
+    def stopping_update(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return policy_update(*a, **kw)
+
+    monkeypatch.setattr(rl, "policy_update", stopping_update)
+    part.steps, part.checkpoints.every = 4, 100
+    with pytest.raises(KeyboardInterrupt):
+        train_rl(part, resume=True, browser=small_browser, progress=False)
+    assert "stopped in step 4: saved" in capsys.readouterr().err
+    assert [p.name for p in checkpoints(tmp_path / "part")] == ["step-1", "step-2", "step-3"]
+    saved, reference = (load_file(str(tmp_path / r / "checkpoints" / "step-3" / "adapter_model.safetensors"))
+                        for r in ("part", "full"))
+    assert saved.keys() == reference.keys()
+    for k in saved:
+        torch.testing.assert_close(saved[k], reference[k], rtol=1e-4, atol=1e-6)
+    state = json.loads((tmp_path / "part" / "checkpoints" / "step-3" / "state.json").read_text())
+    assert state == json.loads((tmp_path / "full" / "checkpoints" / "step-3" / "state.json").read_text())
+    assert [json.loads(x)["step"] for x in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     # a resume with a changed config names the fields that differ
     changed = _cfg(tmp_path, tasks, out=str(tmp_path / "part"), lr=0.5, steps=3)
     with pytest.raises(ResumeError, match="lr"):
         train_rl(changed, resume=True, browser=small_browser, progress=False)
+
+
+def test_a_stop_saves_no_checkpoint_it_cannot_make_whole(tmp_path, capsys):
+    """Nothing to save before the first step or when a periodic checkpoint has the step; and once the
+    optimizer has started moving the weights, they are no longer the finished step's."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(torch.nn.Sequential(torch.nn.Linear(4, 4)), LoraConfig(r=2, target_modules=["0"]))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
+
+    def update():
+        model(torch.ones(1, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    assert FinishedStep(0, opt).save_on_stop(tmp_path, model, opt, keep=3) is None
+    update()
+    finished = FinishedStep(1, opt, {"position": 1})
+    save_checkpoint(tmp_path, 1, model, opt, {"position": 1})
+    assert finished.save_on_stop(tmp_path, model, opt, keep=3) is None  # the periodic one has it
+    update()
+    finished = FinishedStep(2, opt, {"position": 2})
+    update()  # the next step's update ran (as far as the optimizer counting it) before the stop
+    assert finished.save_on_stop(tmp_path, model, opt, keep=3) is None
+    assert "being updated" in capsys.readouterr().err
+    assert [p.name for p in checkpoints(tmp_path)] == ["step-1"]
+    finished = FinishedStep(3, opt, {"position": 3})
+    assert finished.save_on_stop(tmp_path, model, opt, keep=3).name == "step-3"
+    assert json.loads((tmp_path / "checkpoints" / "step-3" / "state.json").read_text()) == {"position": 3, "step": 3}
 
 
 @pytest.mark.model
@@ -167,7 +222,7 @@ def test_a_raising_reward_gets_the_fallback(capsys):
     assert capsys.readouterr().err.count("KeyError") == 1  # logged once per error type
 
 
-def test_sft_moves_the_adapter_and_lowers_the_loss(tmp_path, smol):
+def test_sft_moves_the_adapter_and_lowers_the_loss(tmp_path, smol, monkeypatch):
     _, tok = smol
     rec = {"question": "What is the capital of France?", "template": "fast", "turns": [
         {"completion": "<search>capital of France</search>",
@@ -184,6 +239,61 @@ def test_sft_moves_the_adapter_and_lowers_the_loss(tmp_path, smol):
     losses = [json.loads(x)["loss"] for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert summary["examples"] == 4 and len(losses) == 6
     assert losses[-1] < losses[0] * 0.8
+    # stopped in step 4 with no periodic checkpoint yet: step 3 is saved, and the resumed run's
+    # losses are the uninterrupted run's, each step once
+    from research_agent.train import sft
+
+    calls, real = [], sft._step
+
+    def stopping_step(*a, **kw):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sft, "_step", stopping_step)
+    cfg.out = str(tmp_path / "stopped")
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(cfg, progress=False)
+    assert [p.name for p in checkpoints(tmp_path / "stopped")] == ["step-3"]
+    train_sft(cfg, resume=True, progress=False)
+    again = [json.loads(x)["loss"] for x in (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()]
+    assert again == pytest.approx(losses, rel=1e-4)
+
+
+@pytest.mark.model
+def test_sigterm_stops_the_cli_with_its_last_step_checkpointed(tmp_path):
+    """``kill`` of a plain ``python -m research_agent.train`` (no recipe around it) saves the last
+    finished step although no periodic checkpoint is due for 100 steps."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rec = {"question": "What is the capital of France?", "template": "fast", "turns": [
+        {"completion": "<answer>Paris</answer>", "observation": ""}]}
+    data = tmp_path / "sft.jsonl"
+    data.write_text("\n".join(json.dumps(rec) for _ in range(400)) + "\n")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "research_agent.train", "--stage", "sft", "--tasks", str(data),
+                             "--micro-batch", "1", "--checkpoint-every", "100", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    metrics, deadline = out / "metrics.jsonl", time.time() + 300
+    while proc.poll() is None and time.time() < deadline and len(_lines(metrics)) < 2:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, err[-2000:]
+    done = [json.loads(x)["step"] for x in _lines(metrics)]
+    assert len(done) >= 2 and done == list(range(1, len(done) + 1))
+    assert [p.name for p in checkpoints(out)] == [f"step-{done[-1]}"], err[-2000:]
+    assert f"saved {out / 'checkpoints' / f'step-{done[-1]}'}" in err
+
+
+def _lines(path):
+    return [x for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
 def test_cli_flags_and_toml_map_onto_the_config(tmp_path):
