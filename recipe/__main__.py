@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
 
     add_retriever_flag(p, default=None,
                        help="how every stage searches the corpus (default hybrid; bm25 needs no embedding model)")
+    p.add_argument("--activation-budget", type=float, metavar="GB",
+                   help="GB of activations a training pass may keep before recomputing them (trainer default "
+                        "1.5, for a 16 GB laptop); more recomputes less where memory allows. Not part of a "
+                        "stage's key: another machine's published stages still restore and resume")
     p.add_argument("--only", nargs="*", help="run only these stages (names as printed)")
     p.add_argument("--artifacts", "--resume-from", dest="artifacts", default=None,
                    help="artifact directory: stages publish there and are restored or resumed from it")
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         r = Recipe(out=out, model=args.model or "smollm2-135m")
     if args.model and args.preset:
         r = replace(r, model=args.model)
-    for name in ("demos", "rl_steps", "eval_limit", "retriever"):
+    for name in ("demos", "rl_steps", "eval_limit", "retriever", "activation_budget"):
         if getattr(args, name) is not None:
             setattr(r, name, getattr(args, name))
     if args.artifacts and not args.preset:

@@ -96,7 +96,31 @@ def stage_inputs(argv: list[str], out: Path) -> dict[str, str]:
     return found
 
 
+# trainer flags that change what a stage costs, never what it makes (the trainer lets them differ on
+# --resume too): a stage's key leaves them out, so a machine with memory to spare goes on with a
+# stage that a laptop published, and restores the laptop's finished ones
+COST_ONLY_FLAGS = ("--activation-budget", "--gradient-checkpointing")
+
+
+def without_cost_flags(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in COST_ONLY_FLAGS:
+            skip = True
+        elif not a.startswith(tuple(f + "=" for f in COST_ONLY_FLAGS)):
+            out.append(a)
+    return out
+
+
+def same_command(a: str, b: str) -> bool:
+    """Two stage commands (as cards and markers record them) that make the same thing."""
+    return without_cost_flags(shlex.split(a)) == without_cost_flags(shlex.split(b))
+
+
 def stage_key(module: str, argv: list[str], out: Path, inputs: dict[str, str]) -> str:
+    argv = without_cost_flags(argv)
     blob = json.dumps({"module": module, "argv": display_argv(argv, out), "inputs": inputs}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -88,6 +88,9 @@ class Recipe:
     eval_base: bool = True  # evaluate the untrained model too (an ablation compares arms with the SFT start)
     rounds: tuple[Round, ...] = ()  # later rounds of rejection sampling, after RL
     ship_model: str | None = None  # the evaluated model to ship (e.g. "sft"); None: the last one
+    # GB of activations a training pass may keep before recomputing them (the trainer's default, 1.5,
+    # if None): what this machine can spare, so not part of a stage's key (artifacts.COST_ONLY_FLAGS)
+    activation_budget: float | None = None
     name: str = ""  # the shipped agent's name (`ask --agent NAME`); "" ships nothing
     artifacts: Path | None = None
 
@@ -170,6 +173,10 @@ def _synth_flags(r: Recipe, sampling: bool = False) -> list[str]:
             *_flags(r, ("max_turns", "max_tool_calls", *turn)), *_sets(r, ("max_total_tokens",))]
 
 
+def _memory_flags(r: Recipe) -> list[str]:
+    return ["--activation-budget", str(r.activation_budget)] if r.activation_budget is not None else []
+
+
 def _check_agent(r: Recipe) -> None:
     """Only the budgets reach the stages: any other agent setting would be silently dropped."""
     default = AgentConfig()
@@ -225,7 +232,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
                                          *(["--init-adapter", str(r.start_adapter)] if r.start_adapter else []),
                                          "--tasks", str(o / "sft.jsonl"),
                                          "--lr", str(r.sft_lr), "--epochs", str(r.sft_epochs), "--micro-batch", "4",
-                                         "--max-total-tokens", str(r.agent.max_total_tokens),
+                                         "--max-total-tokens", str(r.agent.max_total_tokens), *_memory_flags(r),
                                          *(["--checkpoint-every", str(r.sft_checkpoint_every)]
                                            if r.sft_checkpoint_every != 5 else []),
                                          "--out", str(o / "sft")]),
@@ -236,7 +243,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
             "reinforce", "--group-size", "4", "--prompts-per-step", str(r.rl_prompts), "--steps", str(r.rl_steps),
             "--lr", str(r.rl_lr), "--kl-coef", "0", "--temperature", "1.0",
             *(["--reward", reward] if reward else []),
-            "--checkpoint-every", "4", "--keep-checkpoints", "12",
+            "--checkpoint-every", "4", "--keep-checkpoints", "12", *_memory_flags(r),
             "--concurrency", str(r.concurrency), "--out", str(o / name), *_agent_flags(r),
             *(["--min-hops", str(r.rl_min_hops)] if r.rl_min_hops > 1 else [])]))
     for k in r.rounds:
@@ -254,7 +261,7 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
             (f"sft-{k.label}", "research_agent.train.__main__", [
                 "--stage", "sft", "--model", r.model, "--init-adapter", start, "--tasks", str(o / f"sft-{k.label}.jsonl"),
                 "--lr", str(k.lr), "--epochs", "1", "--micro-batch", "4", "--max-total-tokens", str(r.agent.max_total_tokens),
-                "--checkpoint-every", "2", "--out", str(o / f"sft-{k.label}")]),
+                "--checkpoint-every", "2", *_memory_flags(r), "--out", str(o / f"sft-{k.label}")]),
         ]
     for ev in r.evals:
         suffix = f"-{ev.label}" if ev.label else ""

@@ -22,6 +22,7 @@ from .artifacts import (
     ArtifactStore,
     StageCard,
     code_commit,
+    same_command,
     stage_command,
     stage_inputs,
     stage_key,
@@ -80,7 +81,7 @@ def _done_before(out: Path, name: str, module: str, argv: list[str]) -> bool:
     if not marker.exists():
         return False
     recorded = [line for line in marker.read_text().splitlines() if line.startswith("python -m ")]
-    if not recorded or recorded[0] == stage_command(module, argv, out):
+    if not recorded or same_command(recorded[0], stage_command(module, argv, out)):
         return True
     print(f"== {name}: its command changed since it ran here; running it again", file=sys.stderr)
     marker.unlink()
@@ -150,7 +151,7 @@ class Publisher:
         answers to the questions still asked stand (the eval resumes by question id and records
         which code made each answer), and only the new questions are answered."""
         card = self.store.card(self.name) if self.store is not None else None
-        if card is None or card.command != self.card.command or not any(k.startswith(QUESTIONS) for k in self.card.inputs):
+        if card is None or not same_command(card.command, self.card.command) or not any(k.startswith(QUESTIONS) for k in self.card.inputs):
             return None
         return card if _without_questions(card.inputs) == _without_questions(self.card.inputs) else None
 

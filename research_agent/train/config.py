@@ -140,11 +140,15 @@ class ComputeSettings:
                                   "fewer positions)")
     gradient_checkpointing: bool | None = _f(None, "recompute each layer's activations in the backward instead of "
                                              "keeping them; unset: per pass, when keeping them would take over "
-                                             "1.5 GB (estimated from the pass's tokens and the model's size): the "
-                                             "recipe's SFT stage peaks at 2.8 GB instead of 7.8 GB for 24 % more "
-                                             "time, its RL stage at 3.6 instead of 6.6 GB; a checkpointed RL update "
+                                             "--activation-budget, estimated from the pass's tokens and the model's "
+                                             "size (with the 1.5 GB default the recipe's SFT stage peaks at 2.8 GB "
+                                             "instead of 7.8 GB for 24 % more time, its RL stage at 3.6 instead of "
+                                             "6.6 GB); a checkpointed RL update "
                                              "feeds whole sequences (a shared prompt needs the K/V cache "
                                              "checkpointed layers do not write); docs/benchmarks.md")
+    activation_budget: float = _f(1.5, "GB of activations a forward pass may keep (gradient_checkpointing unset): "
+                                  "1.5 keeps a trainer under 4 GB on a 16 GB laptop; where memory is plentiful "
+                                  "(a 24 GB machine, a GPU) a larger one recomputes less and shares prompts")
     concurrency: int = _f(8, "trajectories generated concurrently through the batched policy")
     rollout_endpoint: str = _f("", "generate rollouts on this OpenAI-compatible server instead of in-process, in token "
                                "space (research-agent serve, or vLLM with --enable-lora); the trainer "
@@ -264,7 +268,7 @@ class TrainConfig:
     # stands for all of its settings)
     RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "out", "compute.concurrency", "checkpoints", "kl_alarm",
                                             "compute.micro_batch", "compute.share_prefix",
-                                            "compute.gradient_checkpointing",  # cost only
+                                            "compute.gradient_checkpointing", "compute.activation_budget",  # cost only
                                             "code.allow_unsafe_sandbox", "compute.device", "report_to",
                                             "compute.rollout_endpoint")
 

@@ -84,19 +84,18 @@ def setup_lora(cfg: TrainConfig, progress: bool = True):
 # ~21 fp32 values on smollm2 (the recipe's SFT stage held 5.0 GB more without checkpointing for
 # 3,400 tokens x 30 layers x 576), rounded up. Above the budget a pass recomputes them instead.
 ACTIVATION_BYTES_PER_UNIT = 24 * 4
-ACTIVATION_BUDGET_BYTES = 1.5 * 2**30
 
 
 def wants_checkpointing(cfg: TrainConfig, model, tokens: int) -> bool:
     """Whether a pass over ``tokens`` (rows x longest row) recomputes activations: as set, else when
-    keeping them would take more than ``ACTIVATION_BUDGET_BYTES`` (estimated from the model's size)."""
+    keeping them would take more than ``activation_budget`` GB (estimated from the model's size)."""
     if cfg.compute.gradient_checkpointing is not None:
         return cfg.compute.gradient_checkpointing
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(inner, "config", None)
     config = getattr(config, "text_config", None) or config
     units = getattr(config, "num_hidden_layers", 0) * getattr(config, "hidden_size", 0)
-    return tokens * units * ACTIVATION_BYTES_PER_UNIT > ACTIVATION_BUDGET_BYTES
+    return tokens * units * ACTIVATION_BYTES_PER_UNIT > cfg.compute.activation_budget * 2**30
 
 
 def set_checkpointing(model, on: bool) -> None:

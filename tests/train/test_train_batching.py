@@ -198,6 +198,9 @@ def test_checkpointing_turns_on_by_itself_where_activations_would_pass_the_budge
     assert not wants_checkpointing(auto, model, 8 * 100)
     assert not wants_checkpointing(TrainConfig(compute={"gradient_checkpointing": False}), model, 4 * 850)
     assert wants_checkpointing(TrainConfig(compute={"gradient_checkpointing": True}), model, 8)
+    # a machine with memory to spare raises the budget: the same SFT pass keeps its activations
+    assert not wants_checkpointing(TrainConfig(compute={"activation_budget": 8.0}), model, 4 * 850)
+    assert wants_checkpointing(TrainConfig(compute={"activation_budget": 0.01}), model, 8 * 100)
     assert wants_checkpointing(auto, None, 10**6) is False  # nothing to estimate from
     try:
         set_checkpointing(model, True)
