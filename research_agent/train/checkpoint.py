@@ -69,16 +69,26 @@ def optimizer_steps(optimizer) -> list[float]:
 def signals_held():
     """Ctrl-C and SIGTERM wait until the block ends: the end of a step (the weights moved, the
     metrics row written, ``FinishedStep`` taken) happens whole, so a stop never falls between the
-    update and the record of it.  Only the main thread receives Python's signals; elsewhere (and
-    where the OS has no signal masks) this holds nothing."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    update and the record of it.  The handlers are swapped, not the signal mask: a signal may reach
+    any thread, and Python runs its handler in the main thread whichever did.  Python installs
+    handlers only from the main thread; elsewhere this holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if caught:  # now, as it would have been handled then
+            s, handler = caught[0], previous[caught[0]]
+            if callable(handler):
+                handler(s, None)
+            elif handler != signal.SIG_IGN:  # the default action (SIGTERM: the process ends)
+                os.kill(os.getpid(), s)
 
 
 class FinishedStep:

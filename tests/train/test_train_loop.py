@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -193,6 +194,34 @@ def test_a_stop_saves_no_checkpoint_it_cannot_make_whole(tmp_path, capsys):
     assert json.loads((tmp_path / "checkpoints" / "step-3" / "state.json").read_text()) == {"position": 3, "step": 3}
 
 
+def test_a_stop_during_a_steps_end_lands_after_it():
+    """Ctrl-C inside ``signals_held`` (the optimizer step to the step's record) is handled as the block
+    ends, by the handler that was there (the recipe's SIGTERM one, say), and not before."""
+    import os
+    import signal
+
+    from research_agent.train.checkpoint import signals_held
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # a signal handled here would raise before the next line
+            done.append("recorded")
+    assert done == ["recorded"]
+    seen = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert seen == []
+        assert seen == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("zero_variance,rounds", [(True, 3), (False, 1)])
 def test_dynamic_sampling_draws_more_prompts_while_groups_are_filtered(tmp_path, small_browser, zero_variance,
@@ -269,7 +298,6 @@ def test_sigterm_stops_the_cli_with_its_last_step_checkpointed(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     rec = {"question": "What is the capital of France?", "template": "fast", "turns": [
         {"completion": "<answer>Paris</answer>", "observation": ""}]}
