@@ -137,15 +137,7 @@ def test_resume_reproduces_the_next_step(tmp_path, small_browser, monkeypatch, c
     assert (tmp_path / "part" / "training.png").stat().st_size > 1000
     # a stop (Ctrl-C, --stop-after) in step 4, two steps after the last periodic checkpoint, saves
     # step 3 as it ended; its weights are the full run's after three steps, not a half update
-    calls = []
-
-    def stopping_update(*a, **kw):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return policy_update(*a, **kw)
-
-    monkeypatch.setattr(rl, "policy_update", stopping_update)
+    monkeypatch.setattr(rl, "policy_update", _stopping_at_call(2, policy_update))
     part.steps, part.checkpoints.every = 4, 100
     with pytest.raises(KeyboardInterrupt):
         train_rl(part, resume=True, browser=small_browser, progress=False)
@@ -272,15 +264,7 @@ def test_sft_moves_the_adapter_and_lowers_the_loss(tmp_path, smol, monkeypatch):
     # losses are the uninterrupted run's, each step once
     from research_agent.train import sft
 
-    calls, real = [], sft._step
-
-    def stopping_step(*a, **kw):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real(*a, **kw)
-
-    monkeypatch.setattr(sft, "_step", stopping_step)
+    monkeypatch.setattr(sft, "_step", _stopping_at_call(4, sft._step))
     cfg.out = str(tmp_path / "stopped")
     with pytest.raises(KeyboardInterrupt):
         train_sft(cfg, progress=False)
@@ -318,6 +302,19 @@ def test_sigterm_stops_the_cli_with_its_last_step_checkpointed(tmp_path):
     assert len(done) >= 2 and done == list(range(1, len(done) + 1))
     assert [p.name for p in checkpoints(out)] == [f"step-{done[-1]}"], err[-2000:]
     assert f"saved {out / 'checkpoints' / f'step-{done[-1]}'}" in err
+
+
+def _stopping_at_call(n, real):
+    """``real``, except that its n-th call raises KeyboardInterrupt (Ctrl-C at that point) instead."""
+    calls = []
+
+    def wrapped(*a, **kw):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    return wrapped
 
 
 def _lines(path):
