@@ -35,6 +35,31 @@ def panels(rows: list[dict]) -> list[str]:
         out.append("tools")
     if any(k.startswith("curriculum/") for r in rows for k in r):
         out.append("curriculum")
+    if kind_names(rows):
+        out.append("kinds")
+    return out
+
+
+KIND_WINDOW = 8  # steps: one step draws a handful of questions of a kind, too few to read alone
+
+
+def kind_names(rows: list[dict]) -> list[str]:
+    """The task kinds the rollouts logged (``kind/<kind>/n``)."""
+    return sorted({k[len("kind/"):-len("/n")] for r in rows for k in r if k.startswith("kind/") and k.endswith("/n")})
+
+
+def kind_pass_rates(rows: list[dict], window: int = KIND_WINDOW) -> dict[str, list[float | None]]:
+    """Per kind, its pass rate over the trajectories of the last ``window`` steps at each step (None
+    while it has none): per-step rates of a kind drawn a few times a step are mostly noise."""
+    out: dict[str, list[float | None]] = {}
+    for kind in kind_names(rows):
+        series: list[float | None] = []
+        for i in range(len(rows)):
+            part = rows[max(0, i - window + 1):i + 1]
+            n = sum(r.get(f"kind/{kind}/n", 0) for r in part)
+            passed = sum(r.get(f"kind/{kind}/n", 0) * r.get(f"kind/{kind}/pass_rate", 0.0) for r in part)
+            series.append(passed / n if n else None)
+        out[kind] = series
     return out
 
 
@@ -66,6 +91,12 @@ def plot_training(metrics_path: str | Path, out_png: str | Path) -> None:
                 ax2.plot(steps, [r.get("kl", 0) for r in rows], color="tab:red", label="KL")
                 ax2.legend(loc="upper right")
             ax.legend(loc="upper left")
+        elif panel == "kinds":
+            for kind, series in kind_pass_rates(rows).items():
+                ax.plot(steps, [float("nan") if v is None else v for v in series], label=kind)
+            ax.set_title(f"pass rate per task kind (last {KIND_WINDOW} steps)")
+            ax.set_ylim(-0.02, 1.02)
+            ax.legend(fontsize="small")
         elif panel == "curriculum":
             kinds = sorted({k for r in rows for k in r if k.startswith("curriculum/")})
             for key in kinds:

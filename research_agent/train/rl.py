@@ -29,7 +29,7 @@ from .algorithms import gigpo_advantages, group_advantages, keep_groups, sequenc
 from .batching import plan_update, prefix_pass, reference_mode, suffix_logprobs
 from .checkpoint import FinishedStep, checkpoints, load_checkpoint, prepare_run, save_checkpoint, signals_held
 from .config import TrainConfig
-from .curriculum import OrderedDraw, make_curriculum
+from .curriculum import NO_KIND, OrderedDraw, make_curriculum, task_kind
 from .distributed import (
     Ranks,
     all_gather_object,
@@ -155,12 +155,16 @@ def make_reward(spec: str):
 
 
 def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list[bool],
-                    tools: tuple[str, ...] = ResearchTasks.tools) -> dict:
+                    tools: tuple[str, ...] = ResearchTasks.tools, kinds: list[str] | None = None) -> dict:
     """Batch means; ``answer_rate`` is the submission rate for code, ``tool_rate/<tool>`` calls per trajectory.
 
     A code trajectory's answer may be the code it last ran, scored at the turn limit (autosubmit):
     counting that as an answer would show every episode submitting while the model never did, so
-    with a submit tool the rate counts the model's own submissions."""
+    with a submit tool the rate counts the model's own submissions.
+
+    ``kinds`` (one per trajectory) adds ``kind/<kind>/{n,reward,pass_rate}``: a flat mean reward can
+    hide a kind the policy never solves (research-qwen-v2's RL on two-hop questions), and only a
+    per-kind split shows whether RL has anything to reinforce there."""
     n = max(1, len(trajs))
     submits = "submit" in tools
     m = {
@@ -174,6 +178,12 @@ def rollout_metrics(trajs: list[Trajectory], rewards: list[float], correct: list
     }
     for name in tools:
         m[f"tool_rate/{name}"] = sum(t.count(name) for t in trajs) / n
+    if kinds is not None and set(kinds) - {NO_KIND}:
+        for kind in sorted(set(kinds)):
+            idx = [i for i, k in enumerate(kinds) if k == kind]
+            m[f"kind/{kind}/n"] = len(idx)
+            m[f"kind/{kind}/reward"] = sum(rewards[i] for i in idx) / len(idx)
+            m[f"kind/{kind}/pass_rate"] = sum(correct[i] for i in idx) / len(idx)
     return m
 
 
@@ -388,13 +398,14 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
             t0 = time.perf_counter()
             # sampling reproducible per step, also after resume; each rank samples its own stream
             torch.manual_seed(cfg.seed * 100_003 + step + 1_000_003 * ranks.rank)
-            trajs, rewards, correct, adv, keep_g, results = [], [], [], [], [], []
+            trajs, rewards, correct, adv, keep_g, results, kinds = [], [], [], [], [], [], []
             rounds = 0
             while True:  # DAPO dynamic sampling: draw more prompts while groups were filtered out
                 need = cfg.prompts_per_step - (sum(keep_g) if rounds else 0)
                 drawn = sampler.draw(step, rounds, need)
                 state["position"] += need
                 batch_items = [it for i in drawn for it in tasks.group_items(items[i], step, cfg)]
+                kinds += [task_kind(items[i], cfg.curriculum.key) for i in drawn for _ in range(cfg.group_size)]
                 rnd = rollout_round(batch_items, policy, browser, cfg, step, safe_reward, tasks, ranks, len(keep_g))
                 g = cfg.group_size
                 sampler.update(drawn, [sum(rnd[3][k * g:(k + 1) * g]) / g for k in range(len(drawn))])
@@ -416,7 +427,7 @@ def train_rl(cfg: TrainConfig, resume: bool = False, browser=None, progress: boo
                 model.eval()
                 if publisher is not None:
                     _publish(publisher, model, step + 1, ranks)
-                row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, tasks.tools), "loss": upd["loss"], "kl": upd["kl"],
+                row = {"step": step + 1, **rollout_metrics(trajs, rewards, correct, tasks.tools, kinds), "loss": upd["loss"], "kl": upd["kl"],
                        "entropy": upd["entropy"], "trained_trajectories": len(chosen), "kept_groups": sum(keep_g),
                        "sampling_rounds": rounds, **sampler.metrics(),
                        "seconds": time.perf_counter() - t0, "rollout_seconds": t_roll,

@@ -135,6 +135,11 @@ def test_rl_with_the_curriculum_logs_weights_and_checkpoints_its_state(tmp_path,
     weights = {k: v for k, v in row.items() if k.startswith("curriculum/")}
     assert set(weights) == {"curriculum/capital", "curriculum/country-of-capital"}
     assert sum(weights.values()) == pytest.approx(1.0, abs=1e-3)
+    by_kind = {k: v for k, v in row.items() if k.startswith("kind/")}
+    (drawn,) = {k.split("/")[1] for k in by_kind}  # one task, so one kind, its whole group
+    assert drawn in ("capital", "country-of-capital") and by_kind[f"kind/{drawn}/n"] == 2
+    assert by_kind[f"kind/{drawn}/reward"] == pytest.approx(row["reward"])
+    assert by_kind[f"kind/{drawn}/pass_rate"] == pytest.approx(row["pass_rate"])
     state = json.loads((tmp_path / "run" / "checkpoints" / "step-1" / "state.json").read_text())
     assert sum(state["curriculum"]["positions"].values()) == 1  # one task drawn
     assert sum(state["curriculum"]["seen"].values()) == 1  # and its group counted

@@ -19,6 +19,7 @@ from research_agent.tasks import CodeTasks
 from research_agent.train.algorithms import group_advantages
 from research_agent.train.checkpoint import ResumeError, checkpoints
 from research_agent.train.config import ConfigError, TrainConfig, load_config
+from research_agent.train.curriculum import NO_KIND
 from research_agent.train.rl import make_reward, policy_update, rollout_metrics, setup_lora, train_rl
 from tests.doubles import ScriptedPolicy as _Scripted
 
@@ -83,6 +84,12 @@ def test_code_update_trains_model_tokens_only_and_moves_lora_not_base(docs_dir, 
     m = rollout_metrics(trajs, rewards, correct, CODE.tools)
     assert m["pass_rate"] == 0.5 and m["answer_rate"] == 1.0
     assert (m["tool_rate/execute"], m["tool_rate/search"], m["tool_rate/submit"]) == (0.5, 0.5, 1.0)
+    assert not any(k.startswith("kind/") for k in m)  # no kinds given: no split
+    m = rollout_metrics(trajs, rewards, correct, CODE.tools, kinds=["sort", "reverse"])
+    assert (m["kind/sort/n"], m["kind/sort/reward"], m["kind/sort/pass_rate"]) == (1, 0.0, 0.0)
+    assert (m["kind/reverse/n"], m["kind/reverse/reward"], m["kind/reverse/pass_rate"]) == (1, 1.0, 1.0)
+    assert not any(k.startswith("kind/") for k in rollout_metrics(trajs, rewards, correct, CODE.tools,
+                                                                  kinds=[NO_KIND, NO_KIND]))
     ran_out = copy.deepcopy(trajs[0])  # turns ran out after a run: scored on that code, never submitted
     ran_out.steps = ran_out.steps[:1]
     ran_out.meta["autosubmitted"] = True

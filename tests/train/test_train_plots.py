@@ -6,7 +6,7 @@ import json
 
 from PIL import Image
 
-from research_agent.train.plots import panels, plot_training
+from research_agent.train.plots import kind_pass_rates, panels, plot_training
 
 
 def _write(path, rows):
@@ -43,3 +43,19 @@ def test_a_curriculum_run_gets_a_panel_of_draw_probabilities(tmp_path):
     plot_training(tmp_path / "m.jsonl", tmp_path / "m.png")
     with Image.open(tmp_path / "m.png") as im:
         assert im.size[0] == 4 * 5 * 90  # four 5-inch panels at 90 dpi
+
+
+def test_per_kind_pass_rates_pool_the_trajectories_of_the_last_steps(tmp_path):
+    """A kind is drawn a few times a step: its rate pools the window's trajectories, weighted by count."""
+    rows = [{"step": 1, "reward": 0.5, "loss": 0.1, "kind/a/n": 4, "kind/a/pass_rate": 0.5, "kind/a/reward": 0.5},
+            {"step": 2, "reward": 0.5, "loss": 0.1, "kind/a/n": 2, "kind/a/pass_rate": 1.0, "kind/a/reward": 1.0,
+             "kind/b/n": 6, "kind/b/pass_rate": 0.0, "kind/b/reward": 0.0},
+            {"step": 3, "reward": 0.5, "loss": 0.1, "kind/b/n": 2, "kind/b/pass_rate": 1.0, "kind/b/reward": 1.0}]
+    rates = kind_pass_rates(rows, window=2)
+    assert rates["a"] == [0.5, (2 + 2) / 6, 1.0]  # step 3's window (steps 2-3) holds a's 2 from step 2
+    assert rates["b"] == [None, 0.0, 2 / 8]
+    assert panels(rows) == ["reward", "loss", "kinds"]
+    _write(tmp_path / "m.jsonl", rows)
+    plot_training(tmp_path / "m.jsonl", tmp_path / "m.png")
+    with Image.open(tmp_path / "m.png") as im:
+        assert im.size[0] == 3 * 5 * 90
