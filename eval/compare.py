@@ -18,6 +18,7 @@ from typing import Any
 from corpus.files import atomic_write_text
 from corpus.packages import FetchError
 from eval.benchmarks import BenchmarkFormatError, UnknownBenchmark, load_benchmark
+from eval.kinds import kind_scores, kind_table
 from eval.metrics import FUNNEL_STAGES
 from eval.paired import paired_stats, paired_table, run_scores
 from eval.rundir import RunDirError, load_results
@@ -183,8 +184,9 @@ def asked_questions(results: dict[str, Any]) -> set[str] | None:
 
 
 def compare_runs(run_dirs: list[str | Path], out_dir: str | Path, *, allow_mixed_code: bool = False) -> str:
-    """Load each run's results, write ``table.md``, ``metrics.png``, ``funnel.png`` and (two runs or
-    more) ``paired.md``, each later run against the first question by question; return the tables.
+    """Load each run's results, write ``table.md``, ``metrics.png``, ``funnel.png``, (two runs or
+    more) ``paired.md``, each later run against the first question by question, and (when the gold
+    names question kinds) ``by_kind.md``; return the tables.
 
     Raises ``MixedCodeError`` when a run's answers come from more than one version of the code,
     unless ``allow_mixed_code`` (then the tables say so)."""
@@ -237,4 +239,8 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path, *, allow_mixed
                                          "version's" for label, _ in mixed)
         atomic_write_text(out / "paired.md", paired + "\n")
         table += "\n\n" + paired
+    by_kind = kind_table(labels, [kind_scores(d, a) for d, a in zip(dirs, asked, strict=True)])
+    if by_kind:
+        atomic_write_text(out / "by_kind.md", by_kind + "\n")
+        table += "\n\n" + by_kind
     return table

@@ -47,6 +47,22 @@ def test_compare_writes_table_and_plots(make_run, tmp_path):
     for png in ("metrics.png", "funnel.png"):
         data = (tmp_path / "cmp" / png).read_bytes()
         assert data.startswith(PNG) and len(data) > 2000
+    assert not (tmp_path / "cmp" / "by_kind.md").exists()  # the toy gold names no kinds
+
+
+def test_compare_splits_em_by_the_kind_the_gold_names(scripted, make_items, tmp_path):
+    items = [{**it, "kind": "a" if i < 2 else "b"} for i, it in enumerate(make_items(4))]
+    for name, wrong in (("base", {"q0", "q1", "q2"}), ("rl", {"q0"})):
+        scripted.wrong = wrong
+        evaluate(ResearchTasks(), items, object(), tmp_path / name, config={}, browser=object(),
+                 run_info={"bench": "toy", "model": name}, progress=False)
+    table = compare_runs([tmp_path / "base", tmp_path / "rl"], tmp_path / "cmp")
+    by_kind = (tmp_path / "cmp" / "by_kind.md").read_text()
+    assert by_kind.strip() in table
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in by_kind.splitlines() if line.startswith("| a ") or line.startswith("| b ")}
+    assert rows["a"][0] == "2" and rows["a"][1].startswith("0.000") and rows["a"][2].startswith("0.500")
+    assert rows["b"][0] == "2" and rows["b"][1].startswith("0.500") and rows["b"][2].startswith("1.000")
 
 
 def test_sign_test_and_paired_bootstrap():
