@@ -42,10 +42,12 @@ from .plan import (
     models,
     research_qwen_v1,
     research_qwen_v2,
+    research_qwen_v3,
     reward_ablation_smollm2,
     stages,
 )
 from .run import EXIT_STOPPED, StageFailed, StoppedForTime, run_recipe, run_stage
 
 __all__ = ["EXIT_STOPPED", "PRESETS", "EvalSet", "RLArm", "Recipe", "StageFailed", "StoppedForTime", "models",
-           "research_qwen_v1", "research_qwen_v2", "reward_ablation_smollm2", "run_recipe", "run_stage", "stages"]
+           "research_qwen_v1", "research_qwen_v2", "research_qwen_v3", "reward_ablation_smollm2", "run_recipe",
+           "run_stage", "stages"]

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the loop runs, measures nothing")
     p.add_argument("--preset", choices=sorted(PRESETS),
                    help="a whole recipe by name: research-qwen-v1 trains the default model in stages, "
-                        "research-qwen-v2 continues it aimed at two-hop questions, "
+                        "research-qwen-v2 continues it aimed at two-hop questions, research-qwen-v3 continues "
+                        "v2 with demonstrations that state each two-hop bridge, "
                         "reward-ablation-smollm2 compares three RL rewards from one SFT start")
     p.add_argument("--demos", type=int, help="train questions with a demonstration (default 240)")
     p.add_argument("--rl-steps", type=int, help="RL optimizer steps (default 30)")

@@ -80,6 +80,7 @@ class Recipe:
     require_citations: bool = False  # SFT data: the cited chunks must support the answer
     sft_checkpoint_every: int = 5
     start_adapter: Path | None = None  # SFT continues from this adapter (a shipped agent) instead of a fresh one
+    state_bridges: bool = False  # demonstrations write each two-hop bridge in a <think> (synth --state-bridges)
     rl_min_hops: int = 1  # 2: RL draws only two-hop train questions
     evals: tuple[EvalSet, ...] = (EvalSet("", "factbook-test"),)
     # RL runs side by side from the one SFT adapter (a reward ablation); none: one run, "rl", with the
@@ -129,6 +130,23 @@ def research_qwen_v2(out: Path, artifacts: Path | None = None) -> Recipe:
                   name="research-qwen-v2", artifacts=artifacts or artifacts_root() / "research-qwen-v2")
 
 
+def research_qwen_v3(out: Path, artifacts: Path | None = None) -> Recipe:
+    """research-qwen-v2 solves 1 of 63 "capital of the country bordering X and Y" questions and
+    rarely searches the bridge country (3 of 63): it searches X's capital, copying a name from the
+    question, since its demonstrations carried the bridge only inside the last query.  v3 continues
+    from v2's shipped adapter with SFT on demonstrations that state each bridge in a <think> before
+    using it (30 per kind: the one-hop kinds keep their share), then 16 RL steps on two-hop
+    questions, whose metrics now split reward by kind."""
+    from research_agent.shipped import artifacts_root
+
+    v2 = artifacts_root() / "research-qwen-v2" / "adapter"
+    return Recipe(out=out, model="qwen2.5-coder-0.5b", demos=None, per_kind=30, require_citations=True,
+                  state_bridges=True, start_adapter=v2, sft_lr=1e-4, sft_epochs=1, sft_checkpoint_every=2,
+                  rl_steps=16, rl_lr=5e-5, rl_min_hops=2, eval_base=False, ship_model="rl",
+                  evals=(EvalSet("factbook", "factbook-test", 200), EvalSet("two-hop", "factbook-two-hop", 0)),
+                  name="research-qwen-v3", artifacts=artifacts or artifacts_root() / "research-qwen-v3")
+
+
 def reward_ablation_smollm2(out: Path, artifacts: Path | None = None) -> Recipe:
     """Which reward teaches research best, from one SFT start: F1 with the action penalty alone, with the
     citation-aware rubric reward (CaRR), with the tool-efficiency reward (OTC); 30 steps each."""
@@ -142,7 +160,7 @@ def reward_ablation_smollm2(out: Path, artifacts: Path | None = None) -> Recipe:
 
 
 PRESETS = {"research-qwen-v1": research_qwen_v1, "research-qwen-v2": research_qwen_v2,
-           "reward-ablation-smollm2": reward_ablation_smollm2}
+           "research-qwen-v3": research_qwen_v3, "reward-ablation-smollm2": reward_ablation_smollm2}
 
 
 def _flags(r: Recipe, names: tuple[str, ...] = BUDGETS) -> list[str]:
@@ -212,6 +230,8 @@ def stages(r: Recipe) -> list[tuple[str, str, list[str]]]:
     demos = ["trajectories", "--qa", qa, "--policy", "reference", "--model", r.model, "--split", "train"]
     if r.demos is not None:
         demos += ["--limit", str(r.demos)]
+    if r.state_bridges:
+        demos.append("--state-bridges")
     plan = [("demonstrations", "synth.__main__", [*demos, "--out", str(o / "demonstrations"), *_synth_flags(r)])]
     sources = [str(o / "demonstrations")]
     if r.self_samples:

@@ -99,7 +99,8 @@ def _trajectories(args) -> int:
         wanted = {d for it in items for d in it.get("supporting_docs") or []}
         docs = browser.documents() if hasattr(browser, "documents") else ()  # a retrieval server lists none
         names = {d.id: d.meta.get("country") or d.title for d in docs if d.id in wanted}
-        policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir(args.model)), items, names=names)
+        policy = ReferencePolicy(AutoTokenizer.from_pretrained(resolve_model_dir(args.model)), items, names=names,
+                                 state_bridges=args.state_bridges)
     else:
         policy = load_policy(args.model, adapter=args.adapter, endpoint=args.endpoint, device=args.device,
                              dtype=args.dtype)
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--policy", choices=["model", "reference"], default="model",
                    help="model: a teacher model; reference: gold-path demonstrations over real tool results "
                         "(--model then only names the tokenizer)")
+    t.add_argument("--state-bridges", action="store_true",
+                   help="reference policy: write each two-hop bridge in a <think> before the turn that uses it "
+                        "(\"<think>Russia borders both.</think>\"), so the student learns to name it")
     t.add_argument("--corpus", default=None)
     t.add_argument("--retrieval-url", default=None)
     add_retriever_flag(t)

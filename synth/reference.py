@@ -70,15 +70,23 @@ class ReferencePolicy:
 
     ``names`` maps document ids to entity names (a Factbook profile's country); the two-hop scripts
     use it to name each bordering country on its own.  Without it the names are read off the question.
+
+    ``state_bridges``: a two-hop script writes the bridge it read in a short ``<think>`` before the
+    turn that uses it ("<think>Russia borders both.</think><search>capital of Russia</search>").
+    Without it the bridge appears only inside the next query, and a student trained on such
+    demonstrations (research-qwen-v2) mostly skips the intersection: asked for the capital of the
+    country bordering X and Y, it searches X's capital.
     """
 
     name = "reference"
 
-    def __init__(self, tokenizer, items: list[dict], *, names: dict[str, str] | None = None, seed: int = 0):
+    def __init__(self, tokenizer, items: list[dict], *, names: dict[str, str] | None = None, seed: int = 0,
+                 state_bridges: bool = False):
         self.tokenizer = tokenizer
         self.items = {it["question"].strip(): it for it in items}
         self.names = names or {}
         self.seed = seed
+        self.state_bridges = state_bridges
 
     def generate(self, prompts, *, max_new_tokens=128, temperature=0.0, stop=None, stop_loops=False) -> list[Generation]:
         out = []
@@ -114,19 +122,27 @@ class ReferencePolicy:
             capital = _after(item["question"], "whose capital is ", "?")
             country = entities[0] if entities else ""
             bridge = yield from _lookup(ep, "country-of-capital", capital, country, docs[0])
-            cites = bridge and (yield from _lookup(ep, "population", country, answer, docs[0]))
+            said = self._say(f"{capital} is the capital of {country}.")
+            cites = bridge and (yield from _lookup(ep, "population", country, answer, docs[0], said))
             cites = bridge + cites if bridge and cites else None
         else:  # borders-both, capital-of-bordering: docs are [the bordering country, X, Y]
             country = answer if kind == "borders-both" else (entities[0] if entities else "")
             pair = _after(item["question"], "borders both ", "?")
             x, y = self._pair(pair, docs)
             bridge = yield from _bordering(ep, pair, (x, docs[1]), (y, docs[2]), country)
-            if kind == "borders-both" or not bridge:
+            said = self._say(f"{country} borders both.")
+            if not bridge:
                 cites = bridge
+            elif kind == "borders-both":
+                yield said + _answer(answer, bridge)
+                return
             else:
-                found = yield from _lookup(ep, "capital", country, answer, docs[0])
+                found = yield from _lookup(ep, "capital", country, answer, docs[0], said)
                 cites = bridge + found if found else None
         yield _answer(answer, cites) if cites else NOT_FOUND
+
+    def _say(self, bridge: str) -> str:
+        return f"<think>{bridge}</think>\n" if self.state_bridges else ""
 
     def _name(self, doc_id: str, fallback: str) -> str:
         return self.names.get(doc_id) or fallback
@@ -163,12 +179,13 @@ def _has_docs(item: dict) -> bool:
     return len(item.get("supporting_docs") or []) >= need and bool(item.get("answers"))
 
 
-def _lookup(ep: _Episode, relation: str, entity: str, target: str, doc: str) -> Script:
+def _lookup(ep: _Episode, relation: str, entity: str, target: str, doc: str, said: str = "") -> Script:
     """One hop: a shown line that states the fact (``entity``'s ``relation`` is ``target``); the ids
-    to cite, or [] when neither the snippets nor the opened document's lines show it."""
+    to cite, or [] when neither the snippets nor the opened document's lines show it.  ``said``
+    (a stated bridge) opens the hop's first turn."""
     first, second = ep.rng.sample(QUERIES[relation], 2)
     needles = _hit_needles(relation, entity, target)
-    obs = yield from ep.ask(f"<search>{first.format(e=entity)}</search>")
+    obs = yield from ep.ask(f"{said}<search>{first.format(e=entity)}</search>")
     cite = _line_with(obs, _HIT, *needles)
     if cite:
         return [cite]

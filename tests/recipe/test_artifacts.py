@@ -280,6 +280,26 @@ def test_the_v2_preset_continues_from_the_shipped_v1_adapter_and_trains_rl_on_tw
     assert plan["ship"][plan["ship"].index("--name") + 1] == "research-qwen-v2"
 
 
+def test_the_v3_preset_states_bridges_in_its_demonstrations_and_continues_from_v2(tmp_path):
+    from recipe import research_qwen_v2, research_qwen_v3, stages
+    from research_agent.shipped import artifacts_root
+    from research_agent.train.config import load_config
+    from synth.__main__ import build_parser
+
+    r = research_qwen_v3(tmp_path / "out", tmp_path / "art")
+    plan = {n: a for n, _, a in stages(r)}
+    demos = build_parser().parse_args(plan["demonstrations"])
+    assert demos.state_bridges and demos.policy == "reference"
+    v2 = {n: a for n, _, a in stages(research_qwen_v2(tmp_path / "out", tmp_path / "art"))}
+    assert "--state-bridges" not in v2["demonstrations"]  # the committed presets keep their stage keys
+    assert load_config(plan["sft"])[0].init_adapter == str(artifacts_root() / "research-qwen-v2" / "adapter")
+    export = plan["sft-export"]
+    assert export[export.index("--per-kind") + 1] == "30"
+    rl, _ = load_config(plan["rl"])
+    assert rl.steps == 16 and rl.curriculum.min_hops == 2
+    assert plan["ship"][plan["ship"].index("--name") + 1] == "research-qwen-v3"
+
+
 def test_the_reward_ablation_runs_three_arms_from_one_sft_start_and_evaluates_each_against_it(tmp_path):
     from recipe import reward_ablation_smollm2, stages
     from research_agent.train.config import load_config

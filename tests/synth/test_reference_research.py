@@ -27,8 +27,9 @@ def demos(tmp_path_factory, small_corpus_dir, small_browser):
             "--set", "max_total_tokens=3072", "--concurrency", "4"]
     assert synth_main([*argv, "--out", str(d / "a")]) == 0
     assert synth_main([*argv, "--out", str(d / "b")]) == 0
+    assert synth_main([*argv, "--out", str(d / "c"), "--state-bridges"]) == 0
     again = {t.id: [s.completion for s in t.steps] for t in load_trajectories(d / "b")}
-    return {it.id: it for it in items}, load_trajectories(d / "a"), again
+    return {it.id: it for it in items}, load_trajectories(d / "a"), again, load_trajectories(d / "c")
 
 
 def _correct(t) -> bool:
@@ -36,7 +37,7 @@ def _correct(t) -> bool:
 
 
 def test_answers_only_what_shown_lines_state(demos):
-    _, trajs, _ = demos
+    _, trajs, _, _ = demos
     answered = [t for t in trajs if t.answered and t.answer.strip() != "not found"]
     assert len(answered) >= 0.8 * len(trajs)
     for t in answered:
@@ -49,7 +50,7 @@ def test_answers_only_what_shown_lines_state(demos):
 
 
 def test_two_hop_questions_search_for_the_bridge_after_reading_it(demos):
-    items, trajs, _ = demos
+    items, trajs, _, _ = demos
     bridged = 0
     for t in trajs:
         kind = items[t.id].kind
@@ -69,7 +70,7 @@ def test_two_hop_questions_search_for_the_bridge_after_reading_it(demos):
 
 
 def test_opens_a_shown_document_and_finds_the_line(demos):
-    items, trajs, _ = demos
+    items, trajs, _, _ = demos
     opened = 0
     for t in trajs:
         for i, s in enumerate(t.steps):
@@ -83,10 +84,35 @@ def test_opens_a_shown_document_and_finds_the_line(demos):
 
 
 def test_demonstrations_are_deterministic_and_vary_their_wording(demos):
-    _, trajs, again = demos
+    _, trajs, again, _ = demos
     assert {t.id: [s.completion for s in t.steps] for t in trajs} == again
     first = {re.sub(r"\b[A-Z][\w'-]*(?: [A-Z][\w'-]*)*", "X", t.steps[0].argument) for t in trajs}
     assert len(first) >= 4  # several query wordings, not one template
+
+
+def test_stated_bridges_name_the_bridge_in_a_thought_before_the_turn_that_uses_it(demos):
+    """--state-bridges changes no move: the same searches, opens and answers, with the bridge the
+    script read written in a <think> at the start of the next hop (or of a borders-both answer)."""
+    items, trajs, _, stated = demos
+    plain = {t.id: t for t in trajs}
+    said = 0
+    for t in stated:
+        assert [(s.action, s.argument) for s in t.steps] == [(s.action, s.argument) for s in plain[t.id].steps]
+        kind = items[t.id].kind
+        thoughts = [(i, s.info["thought"]) for i, s in enumerate(t.steps) if s.info.get("thought")]
+        if kind not in TWO_HOP:
+            assert not thoughts
+            continue
+        if not _correct(t):  # a bridge found, the second hop not: stated, then "not found"
+            continue
+        (i, thought), = thoughts  # one bridge, stated once
+        bridge = items[t.id].rubrics[0]["entity"]
+        assert bridge in thought and bridge in t.steps[i].completion.split("</think>")[1] + t.answer
+        assert any(bridge in s.observation for s in t.steps[:i])  # stated only after a result showed it
+        assert t.steps[i].completion.startswith("<think>") and t.steps[i].action in ("search", "answer")
+        assert len(t.steps[i].completion_ids) <= 48  # fits the research budget's turn length
+        said += 1
+    assert said >= 3
 
 
 def test_items_without_a_kind_keep_the_single_search_fallback(small_browser):
