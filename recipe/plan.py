@@ -134,12 +134,12 @@ def research_qwen_v3(out: Path, artifacts: Path | None = None) -> Recipe:
     """research-qwen-v2 solves 1 of 63 "capital of the country bordering X and Y" questions and
     rarely searches the bridge country (3 of 63): it searches X's capital, copying a name from the
     question, since its demonstrations carried the bridge only inside the last query.  v3 continues
-    from v2's shipped adapter with SFT on demonstrations that state each bridge in a <think> before
+    from v2's RL adapter (its committed ``rl`` stage, the adapter v2 ships) with SFT on demonstrations that state each bridge in a <think> before
     using it (30 per kind: the one-hop kinds keep their share), then 16 RL steps on two-hop
     questions, whose metrics now split reward by kind."""
     from research_agent.shipped import artifacts_root
 
-    v2 = artifacts_root() / "research-qwen-v2" / "adapter"
+    v2 = artifacts_root() / "research-qwen-v2" / "stages" / "rl" / "files" / "rl" / "adapter"  # what v2 ships
     return Recipe(out=out, model="qwen2.5-coder-0.5b", demos=None, per_kind=30, require_citations=True,
                   state_bridges=True, start_adapter=v2, sft_lr=1e-4, sft_epochs=1, sft_checkpoint_every=2,
                   rl_steps=16, rl_lr=5e-5, rl_min_hops=2, eval_base=False, ship_model="rl",

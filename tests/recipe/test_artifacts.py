@@ -292,7 +292,9 @@ def test_the_v3_preset_states_bridges_in_its_demonstrations_and_continues_from_v
     assert demos.state_bridges and demos.policy == "reference"
     v2 = {n: a for n, _, a in stages(research_qwen_v2(tmp_path / "out", tmp_path / "art"))}
     assert "--state-bridges" not in v2["demonstrations"]  # the committed presets keep their stage keys
-    assert load_config(plan["sft"])[0].init_adapter == str(artifacts_root() / "research-qwen-v2" / "adapter")
+    start = artifacts_root() / "research-qwen-v2" / "stages" / "rl" / "files" / "rl" / "adapter"
+    assert load_config(plan["sft"])[0].init_adapter == str(start)
+    assert (start / "adapter_model.safetensors").exists()  # committed: v3 needs no v2 run
     export = plan["sft-export"]
     assert export[export.index("--per-kind") + 1] == "30"
     rl, _ = load_config(plan["rl"])
