@@ -322,7 +322,8 @@ def test_the_reward_ablation_runs_three_arms_from_one_sft_start_and_evaluates_ea
     assert "ship" not in plan and r.artifacts == tmp_path / "art"
 
 
-@pytest.mark.parametrize("preset", ["research-qwen-v1", "research-qwen-v2", "reward-ablation-smollm2"])
+@pytest.mark.parametrize("preset", ["research-qwen-v1", "research-qwen-v2", "research-qwen-v3",
+                                    "reward-ablation-smollm2"])
 def test_the_plan_still_spells_every_committed_stage_as_its_card_does(preset, tmp_path):
     """A stage's argv is half its artifact key: a plan that respelled a committed stage (a flag
     renamed, a budget moved) would make the next session run hours of finished stages again."""
